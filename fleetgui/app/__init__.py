@@ -1,0 +1,1 @@
+"""The Qt desktop application: widgets and their adapters over the core."""

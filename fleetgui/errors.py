@@ -1,0 +1,9 @@
+"""Errors that reach the user. Each message says what was wrong and how to fix it."""
+
+
+class FleetguiError(Exception):
+    """A failure the user can act on; the CLI prints its message without a traceback."""
+
+
+class NotAvailableError(FleetguiError):
+    """A command or option that this version of fleetgui does not provide yet."""

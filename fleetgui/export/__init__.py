@@ -1,0 +1,1 @@
+"""HuggingFace model to per-stage OpenVINO shards: adapters, tracing, compression, verification."""

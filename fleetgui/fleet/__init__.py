@@ -1,0 +1,1 @@
+"""Worker agent, transport, discovery, keys, deployment and failover."""

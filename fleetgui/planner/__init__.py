@@ -1,0 +1,1 @@
+"""Device and model profiles and the layer-to-device assignment solver (pure functions)."""

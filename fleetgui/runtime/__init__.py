@@ -1,0 +1,1 @@
+"""Stage interface, generation loop, speculative decoding and interleaved streams."""

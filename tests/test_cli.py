@@ -1,0 +1,104 @@
+"""The command line: every subcommand is listed and has --help; usage errors are one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetgui.cli import build_parser, main
+
+SUBCOMMANDS = (
+    "export",
+    "verify",
+    "generate",
+    "worker",
+    "plan",
+    "demo-model",
+    "demo",
+    "gui",
+    "bench",
+)
+
+
+def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    result = run_cli("--help", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in SUBCOMMANDS:
+        assert f"    {name} " in result.stdout, f"{name} missing from --help"
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_each_subcommand_has_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([name, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fleetgui {name}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["no-such-command"], "invalid choice: 'no-such-command'"),
+        (["export", "model", "--out", "x", "--weights", "int3"], "invalid choice: 'int3'"),
+        (["plan", "m", "--devices", "d.json", "--bogus-flag"], "unrecognized arguments"),
+        (["--log-level", "loud", "plan"], "invalid choice: 'loud'"),
+        (["export", "m", "--out", "x", "--stages", "2", "--layers", "0:1"], "not allowed with"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    argv: list[str], expected: str, tmp_path: Path
+) -> None:
+    result = run_cli(*argv, home=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert result.stdout == ""
+
+
+def test_python_dash_m_matches_console_script(tmp_path: Path) -> None:
+    result = run_cli("--version", home=tmp_path)
+    assert result.returncode == 0
+    from fleetgui import __version__
+
+    assert result.stdout.strip() == f"fleetgui {__version__}"
+
+
+def test_logs_go_to_the_log_folder_and_stderr(tmp_path: Path) -> None:
+    result = run_cli("--log-level", "debug", "keys", "--help", home=tmp_path)
+    assert result.returncode == 0
+    # --help exits before logging starts; a real command run must log to the file.
+    result = run_cli("--log-level", "debug", "bench", "export", home=tmp_path)
+    log_file = tmp_path / "logs" / "fleetgui.log"
+    assert log_file.is_file()
+    text = log_file.read_text(encoding="utf-8")
+    assert "fleetgui" in text and "bench" in text
+    assert "DEBUG" in result.stderr
+
+
+def test_user_errors_print_a_message_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLEETGUI_HOME", str(tmp_path))
+    code = main(["bench", "export"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    assert "fleetgui bench: error:" in err
