@@ -85,7 +85,7 @@ def test_logs_go_to_the_log_folder_and_stderr(tmp_path: Path) -> None:
     result = run_cli("--log-level", "debug", "keys", "--help", home=tmp_path)
     assert result.returncode == 0
     # --help exits before logging starts; a real command run must log to the file.
-    result = run_cli("--log-level", "debug", "bench", "export", home=tmp_path)
+    result = run_cli("--log-level", "debug", "bench", "no-such-bench", home=tmp_path)
     log_file = tmp_path / "logs" / "fleetgui.log"
     assert log_file.is_file()
     text = log_file.read_text(encoding="utf-8")
@@ -97,7 +97,7 @@ def test_user_errors_print_a_message_not_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FLEETGUI_HOME", str(tmp_path))
-    code = main(["bench", "export"])
+    code = main(["bench", "no-such-bench"])
     err = capsys.readouterr().err
     assert code == 1
     assert "Traceback" not in err

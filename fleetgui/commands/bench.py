@@ -1,21 +1,51 @@
-"""``fleetgui bench``: benchmarks that print side-by-side figures."""
+"""``fleetgui bench``: benchmarks that print side-by-side figures.
+
+Benchmarks are the scripts ``benchmarks/bench_NAME.py`` of a source checkout (they build their
+models with the test-model factory in ``tests/``); this command runs one with this Python.
+"""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
-from fleetgui.errors import NotAvailableError
+from fleetgui.errors import FleetguiError
+from fleetgui.paths import checkout_root
 
 NAME = "bench"
 HELP = "run a benchmark and print its figures"
-DESCRIPTION = "Run a benchmark (measured side by side in one run) and print its figures."
-BENCHMARKS = ("export", "runtime", "fleet", "planner", "demo")
+DESCRIPTION = (
+    "Run benchmarks/bench_NAME.py from the source checkout (measured side by side in one run) "
+    "and print its figures. Arguments after NAME go to the benchmark (see NAME --help)."
+)
+
+
+def available() -> list[str]:
+    """Benchmark names in the checkout, e.g. ``export``, ``export-memory``."""
+    root = checkout_root()
+    if root is None:
+        return []
+    return sorted(
+        p.stem.removeprefix("bench_").replace("_", "-")
+        for p in (root / "benchmarks").glob("bench_*.py")
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", choices=BENCHMARKS, help="which benchmark")
-    parser.add_argument("--json", action="store_true", help="print figures as JSON")
+    parser.add_argument("name", metavar="NAME", help="benchmark: " + ", ".join(available()))
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableError(f"the {args.name} benchmark is not available in this version yet")
+    root = checkout_root()
+    if root is None:
+        raise FleetguiError("benchmarks run from a source checkout of fleetgui (benchmarks/)")
+    if args.name not in available():
+        raise FleetguiError(
+            f"no benchmark named {args.name!r}; available: {', '.join(available())}"
+        )
+    script = root / "benchmarks" / f"bench_{args.name.replace('-', '_')}.py"
+    return subprocess.run(
+        [sys.executable, str(script), *args.args], cwd=script.parent, check=False
+    ).returncode

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from pathlib import Path
 
-from fleetgui.errors import NotAvailableError
+log = logging.getLogger(__name__)
 
 NAME = "export"
 HELP = "split a HuggingFace model into per-stage OpenVINO shards"
@@ -36,4 +38,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableError("export is not available in this version yet")
+    from tqdm import tqdm
+
+    from fleetgui.export.exporter import ExportProgress, ExportRequest, export_model
+    from fleetgui.export.verify import VerificationError, verify_export
+
+    request = ExportRequest(
+        model_dir=args.model_dir,
+        out_dir=args.out,
+        stages=args.stages,
+        layers=args.layers,
+        weights=args.weights,
+        monolithic=args.monolithic,
+    )
+    bar = tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True, leave=True)
+
+    def on_progress(progress: ExportProgress) -> None:
+        bar.total = progress.total
+        bar.n = progress.step
+        bar.set_description_str(progress.message[:60])
+        bar.refresh()
+
+    def verify(folder: Path) -> None:
+        report = verify_export(folder, args.model_dir)
+        for line in report.lines():
+            print(line, file=sys.stderr)
+        if not report.passed:
+            raise VerificationError(
+                f"the export does not reproduce {args.model_dir} (see above); the stages built "
+                "are kept and reused when you run the export again"
+            )
+
+    try:
+        manifest = export_model(
+            request, progress=on_progress, verify=None if args.no_verify else verify
+        )
+    finally:
+        bar.close()
+    sizes = sum(f.size for stage in manifest.stages for f in stage.files)
+    print(
+        f"exported {manifest.model_name} ({manifest.architecture}, {manifest.n_layers} layers) "
+        f"to {args.out}: {len(manifest.stages)} stage(s), {manifest.weight_format} weights, "
+        f"{sizes / 1e6:.1f} MB"
+    )
+    return 0

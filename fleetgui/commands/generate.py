@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
-from fleetgui.errors import NotAvailableError
+from fleetgui.errors import FleetguiError, NotAvailableError
 
 NAME = "generate"
 HELP = "generate text with a pipeline of stages (PP, PP+SD, PP+SD+MB)"
@@ -35,7 +40,136 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", metavar="HOST:PORT,...", help="run stages 1.. on workers")
     parser.add_argument("--identity", type=Path, metavar="DIR", help="coordinator key pair")
     parser.add_argument("--json", action="store_true", help="print JSON objects, one a line")
+    parser.add_argument(
+        "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
+    )
+    parser.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
+    )
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from fleetgui.runtime.head import SamplingParams
+    from fleetgui.runtime.pipeline import GenerationOptions
+
+    if args.k == "auto":
+        k = None
+    else:
+        try:
+            k = int(args.k)
+        except ValueError:
+            raise FleetguiError(
+                f"--k must be a number from 1 to 16 or 'auto', not {args.k!r}"
+            ) from None
+    try:
+        sampling = SamplingParams(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
+        )
+    except ValueError as exc:
+        raise FleetguiError(str(exc)) from exc
+    speculative = args.mode in ("pp+sd", "pp+sd+mb")
+    if speculative and args.draft is None:
+        raise FleetguiError(f"--mode {args.mode} needs a draft model: add --draft DRAFT_EXPORT_DIR")
+    return GenerationOptions(
+        max_new_tokens=args.max_new_tokens,
+        sampling=sampling,
+        stop_strings=tuple(args.stop),
+        speculative=speculative,
+        k=k,
+    )
+
+
+def _record(result: Any, speculative: bool) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "prompt": result.prompt,
+        "text": result.text,
+        "token_ids": result.token_ids,
+        "ttft_ms": round(result.ttft_ms, 2),
+        "tokens_per_s": round(result.tokens_per_s, 2),
+        "finish_reason": result.finish_reason,
+    }
+    if speculative:
+        record["acceptance_rate"] = (
+            None if result.acceptance_rate is None else round(result.acceptance_rate, 4)
+        )
+        record["ks"] = result.ks
+    return record
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+    from fleetgui.runtime.ov_stage import StageConfig
+
+    options = _options(args)
+    if args.workers:
+        raise NotAvailableError("--workers (remote stages) is not available in this version yet")
+    stage_config = StageConfig(threads=args.threads, precision=args.precision)
+    pipeline = load_local_pipeline(
+        args.export_dir,
+        draft_dir=args.draft if options.speculative else None,
+        config=LocalPipelineConfig(stage=stage_config, draft_stage=stage_config),
+    )
+    concurrent = args.mode == "pp+sd+mb"
+    streams = max(1, args.streams if concurrent else 1)
+    if concurrent and args.streams == 1:
+        streams = len(args.prompt)
+    semaphore = asyncio.Semaphore(streams)
+    results: list[Any] = [None] * len(args.prompt)
+    stream_text = not args.json and len(args.prompt) == 1
+
+    async def one(index: int, prompt: str) -> None:
+        async with semaphore:
+            async for item in pipeline.stream(prompt, options):
+                if hasattr(item, "finish_reason"):
+                    results[index] = item
+                elif stream_text:
+                    sys.stdout.write(item.text)
+                    sys.stdout.flush()
+
+    started = time.perf_counter()
+    try:
+        if concurrent:
+            await asyncio.gather(*(one(i, p) for i, p in enumerate(args.prompt)))
+        else:
+            for i, prompt in enumerate(args.prompt):
+                await one(i, prompt)
+    finally:
+        await pipeline.close()
+    _print_results(args, results, options.speculative, time.perf_counter() - started)
+    return 0
+
+
+def _print_results(
+    args: argparse.Namespace, results: list[Any], speculative: bool, wall: float
+) -> None:
+    total_tokens = sum(len(r.token_ids) for r in results)
+    if args.json:
+        for result in results:
+            print(json.dumps(_record(result, speculative)))
+        aggregate = {
+            "aggregate": True,
+            "streams": len(results),
+            "total_tokens": total_tokens,
+            "wall_s": round(wall, 3),
+            "tokens_per_s": round(total_tokens / wall, 2),
+        }
+        print(json.dumps(aggregate))
+        return
+    if len(results) == 1:
+        print()
+    else:
+        for result in results:
+            print(f"--- {result.prompt!r}")
+            print(result.text)
+    for result in results:
+        rate = f"{result.tokens_per_s:.1f} tok/s, TTFT {result.ttft_ms:.0f} ms"
+        if result.acceptance_rate is not None:
+            rate += f", acceptance {result.acceptance_rate:.0%}"
+        print(
+            f"[{len(result.token_ids)} tokens, {rate}, {result.finish_reason}]",
+            file=sys.stderr,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableError("generate is not available in this version yet")
+    return asyncio.run(_generate(args))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fleetgui.errors import NotAvailableError
-
 NAME = "verify"
 HELP = "check an export against its HuggingFace model"
 DESCRIPTION = (
@@ -22,7 +20,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference", required=True, type=Path, metavar="MODEL_DIR", help="HF model folder"
     )
     parser.add_argument("--prompts", type=Path, metavar="FILE", help="one prompt per line")
+    parser.add_argument(
+        "--monolithic", type=Path, metavar="MONO_DIR", help="monolithic export to compare with"
+    )
+    parser.add_argument("--decode-steps", type=int, default=32, metavar="N")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotAvailableError("verify is not available in this version yet")
+    from fleetgui.errors import FleetguiError
+    from fleetgui.export.verify import verify_export
+
+    prompts = None
+    if args.prompts is not None:
+        try:
+            prompts = [p for p in args.prompts.read_text(encoding="utf-8").splitlines() if p]
+        except OSError as exc:
+            raise FleetguiError(f"cannot read prompts file {args.prompts}: {exc}") from exc
+    report = verify_export(
+        args.export_dir,
+        args.reference,
+        prompts=prompts,
+        decode_steps=args.decode_steps,
+        monolithic_dir=args.monolithic,
+    )
+    for line in report.lines():
+        print(line)
+    return 0 if report.passed else 1

@@ -1,0 +1,138 @@
+"""Export benchmark: what the shard format costs and what the beam_idx Gather buys.
+
+On the bench-size Llama (~245M parameters), for fp16 and int4 weights, with the same number of
+OpenVINO threads everywhere, measured side by side in one run:
+
+- decode tokens/s of the 1-stage fleetgui export driven by a plain Python loop (one
+  InferRequest, greedy through the top-1 output), against openvino_genai.LLMPipeline on the
+  monolithic (optimum-intel) export: the ratio should be >= 0.97;
+- the same 1-stage export without the beam_idx Gather (no fused attention).
+
+Run: ``.venv/bin/python benchmarks/bench_export.py [--threads 1] [--tokens 128]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import bench_llama, ensure_export, print_figures
+
+PROMPT = "def parse_arguments(argv):\n    parser = argparse.ArgumentParser("
+
+
+def python_loop_tok_s(export: Path, threads: int, n_tokens: int, prompt_ids: list[int]) -> float:
+    """Greedy decode through one stateful stage with a minimal Python loop; decode tok/s."""
+    import openvino as ov
+
+    from fleetgui.export.manifest import read_manifest
+
+    manifest = read_manifest(export)
+    core = ov.Core()
+    compiled = core.compile_model(
+        export / manifest.stages[0].model_file, "CPU", {"INFERENCE_NUM_THREADS": threads}
+    )
+    request = compiled.create_infer_request()
+    names = {p.get_any_name() for p in compiled.inputs}
+    total = len(prompt_ids) + n_tokens
+    mask = np.ones((1, total), dtype=np.int64)
+    beam = np.zeros(1, dtype=np.int32)
+    request.reset_state()
+    feed: dict[str, Any] = {
+        "input_ids": np.array([prompt_ids], dtype=np.int64),
+        "attention_mask": mask[:, : len(prompt_ids)],
+        "position_ids": np.arange(len(prompt_ids), dtype=np.int64)[None, :],
+    }
+    if "beam_idx" in names:
+        feed["beam_idx"] = beam
+    request.infer(feed)
+    token = int(request.get_tensor("top1_ids").data[0, -1])
+    position = len(prompt_ids)
+    start = time.perf_counter()
+    for _ in range(n_tokens - 1):
+        feed["input_ids"] = np.array([[token]], dtype=np.int64)
+        feed["attention_mask"] = mask[:, : position + 1]
+        feed["position_ids"] = np.array([[position]], dtype=np.int64)
+        request.infer(feed)
+        token = int(request.get_tensor("top1_ids").data[0, -1])
+        position += 1
+    return (n_tokens - 1) / (time.perf_counter() - start)
+
+
+def genai_tok_s(mono: Path, threads: int, n_tokens: int, backend: str | None) -> float:
+    import openvino_genai
+
+    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads}
+    if backend:
+        props["ATTENTION_BACKEND"] = backend
+    pipe = openvino_genai.LLMPipeline(str(mono), "CPU", **props)
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens = n_tokens
+    config.min_new_tokens = n_tokens
+    config.do_sample = False
+    result = pipe.generate([PROMPT], config)
+    return float(result.perf_metrics.get_throughput().mean)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--weights", nargs="+", default=["fp16", "int4"])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    from transformers import AutoTokenizer
+
+    model = bench_llama()
+    prompt_ids = list(AutoTokenizer.from_pretrained(model)(PROMPT)["input_ids"])
+    rows: list[tuple[str, str]] = []
+    figures: dict[str, Any] = {"threads": args.threads, "tokens": args.tokens}
+    for weights in args.weights:
+        stage = ensure_export(model, f"bench-1stage-{weights}", stages=1, weights=weights)
+        no_gather = ensure_export(
+            model,
+            f"bench-1stage-{weights}-nogather",
+            stages=1,
+            weights=weights,
+            beam_idx_gather=False,
+        )
+        mono = ensure_export(model, f"bench-mono-{weights}", monolithic=True, weights=weights)
+        runs: dict[str, list[float]] = {"loop": [], "nogather": [], "genai": [], "genai_sdpa": []}
+        for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
+            runs["genai"].append(genai_tok_s(mono, args.threads, args.tokens, None))
+            runs["genai_sdpa"].append(genai_tok_s(mono, args.threads, args.tokens, "SDPA"))
+            runs["loop"].append(python_loop_tok_s(stage, args.threads, args.tokens, prompt_ids))
+            runs["nogather"].append(
+                python_loop_tok_s(no_gather, args.threads, args.tokens, prompt_ids)
+            )
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        best_genai = max(med["genai"], med["genai_sdpa"])
+        rows += [
+            (f"{weights} genai LLMPipeline (default backend)", f"{med['genai']:.1f} tok/s"),
+            (f"{weights} genai LLMPipeline (SDPA backend)", f"{med['genai_sdpa']:.1f} tok/s"),
+            (f"{weights} 1-stage export, Python loop", f"{med['loop']:.1f} tok/s"),
+            (f"{weights} 1-stage export, no beam_idx Gather", f"{med['nogather']:.1f} tok/s"),
+            (
+                f"{weights} ratio loop / best genai (target >= 0.97)",
+                f"{med['loop'] / best_genai:.3f}",
+            ),
+            (f"{weights} ratio Gather / no Gather", f"{med['loop'] / med['nogather']:.2f}x"),
+        ]
+        figures[weights] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
+        figures[weights]["ratio_vs_genai"] = round(med["loop"] / best_genai, 4)
+    print_figures(
+        f"export benchmark: bench Llama, {args.threads} thread(s), {args.tokens} new tokens, "
+        f"median of {args.repeats}",
+        rows,
+        figures,
+    )
+
+
+if __name__ == "__main__":
+    main()

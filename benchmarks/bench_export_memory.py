@@ -1,0 +1,90 @@
+"""Export memory benchmark: peak RSS of ``fleetgui export`` against the model's size.
+
+Export streams weights stage by stage from the safetensors files, so its peak memory follows
+the largest stage, not the model. This builds a ~1.0B-parameter random Llama (fp16 safetensors),
+exports it in 4 stages with int4 weights in a child process, and prints that process's peak
+RSS beside the model's size in fp16 and in fp32 (what loading it whole would take).
+
+Run: ``.venv/bin/python benchmarks/bench_export_memory.py [--stages 4] [--weights int4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+from common import bench_cache, print_figures
+
+from fleetgui.export.manifest import read_manifest
+from fleetgui.export.model_source import open_model_source
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stages", type=int, default=4)
+    parser.add_argument("--weights", default="int4")
+    args = parser.parse_args()
+    from model_factory import BILLION_DIMS, build_bench_llama
+
+    model = bench_cache() / "llama-1b"
+    if not (model / "config.json").is_file():
+        tmp = model.with_name(".llama-1b.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_bench_llama(tmp, dims=BILLION_DIMS)
+        tmp.rename(model)
+    source = open_model_source(model)
+    out = bench_cache() / f"llama-1b-{args.stages}s-{args.weights}"
+    shutil.rmtree(out, ignore_errors=True)
+    command = [
+        sys.executable,
+        "-m",
+        "fleetgui",
+        "--log-level",
+        "warning",
+        "export",
+        str(model),
+        "--out",
+        str(out),
+        "--stages",
+        str(args.stages),
+        "--weights",
+        args.weights,
+        "--no-verify",
+    ]
+    started = time.perf_counter()
+    subprocess.run(command, check=True)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kB on Linux
+    fp16, fp32 = source.n_parameters * 2, source.n_parameters * 4
+    largest_stage = max(
+        sum(source.layer_parameters(i) for i in range(s.start_layer, s.end_layer))
+        for s in read_manifest(out).shards
+    )
+    rows = [
+        ("model", f"{source.n_parameters / 1e9:.2f}B parameters, {source.n_layers} layers"),
+        ("model size fp16 / fp32", f"{fp16 / 1e9:.2f} GB / {fp32 / 1e9:.2f} GB"),
+        ("export", f"{args.stages} stages, {args.weights}, {seconds:.0f} s"),
+        ("peak RSS of the export process", f"{peak / 1e9:.2f} GB"),
+        ("peak RSS / model fp32 size", f"{peak / fp32:.2f}"),
+        ("largest stage's decoder weights fp32", f"{largest_stage * 4 / 1e9:.2f} GB"),
+    ]
+    print_figures(
+        "export memory",
+        rows,
+        {
+            "n_parameters": source.n_parameters,
+            "peak_rss_bytes": peak,
+            "fp32_bytes": fp32,
+            "fp16_bytes": fp16,
+            "seconds": round(seconds, 1),
+            "stages": args.stages,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

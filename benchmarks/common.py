@@ -1,0 +1,67 @@
+"""Helpers shared by the benchmark scripts: models, timing, printing figures."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fleetgui.torch_env import hide_torchvision
+
+hide_torchvision()  # before anything imports transformers
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the model factory lives with the tests
+
+log = logging.getLogger("benchmarks")
+
+
+def bench_cache() -> Path:
+    """Where benchmark models and exports are kept between runs."""
+    from fleetgui.paths import shards_cache_dir
+
+    path = shards_cache_dir() / "bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def bench_llama() -> Path:
+    """The ~245M-parameter random Llama, built once."""
+    from model_factory import build_bench_llama
+
+    path = bench_cache() / "bench-llama"
+    if not (path / "config.json").is_file():
+        tmp = path.with_name(".bench-llama.tmp")
+        build_bench_llama(tmp)
+        tmp.rename(path)
+    return path
+
+
+def ensure_export(model: Path, name: str, **request: Any) -> Path:
+    """Export ``model`` once into the bench cache (re-runs reuse it)."""
+    from fleetgui.export.exporter import ExportRequest, export_model
+
+    out = bench_cache() / name
+    export_model(ExportRequest(model, out, **request))
+    return out
+
+
+@contextmanager
+def timed(label: str) -> Iterator[dict[str, float]]:
+    result: dict[str, float] = {}
+    start = time.perf_counter()
+    yield result
+    result["seconds"] = time.perf_counter() - start
+    log.info("%s: %.2f s", label, result["seconds"])
+
+
+def print_figures(title: str, rows: list[tuple[str, str]], as_json: dict[str, Any]) -> None:
+    width = max(len(k) for k, _ in rows)
+    print(f"\n== {title} ==")
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    print("json:", json.dumps(as_json, sort_keys=True))

@@ -1,0 +1,306 @@
+"""``fleetgui export``: a HuggingFace model folder to a complete, verified export folder.
+
+The export is built in a hidden sibling folder (``.NAME.partial``) and renamed into place only
+when every stage, the tokenizer and the manifest are written (and verified, unless told not to).
+An interrupted export therefore never leaves a folder that looks valid, and running the same
+export again reuses every stage whose build key and file hashes still match, from the partial
+folder or from the previous export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+from fleetgui import __version__
+from fleetgui.errors import FleetguiError
+from fleetgui.export.architectures import adapter_for
+from fleetgui.export.compression import compress_weights, save_compressed
+from fleetgui.export.manifest import (
+    MANIFEST_NAME,
+    TOKENIZER_DIR,
+    FileEntry,
+    Manifest,
+    ManifestError,
+    StageEntry,
+    check_files,
+    read_manifest,
+)
+from fleetgui.export.model_source import ModelSource, open_model_source
+from fleetgui.export.monolithic import export_monolithic
+from fleetgui.export.stage_export import stage_io_names
+from fleetgui.export.tokenizer_export import export_tokenizer
+from fleetgui.fsutil import atomic_write_text, link_or_copy, replace_dir
+from fleetgui.shard import Shard, even_split, parse_layer_ranges
+
+log = logging.getLogger(__name__)
+
+EXPORTER_VERSION = 1  # bump when a change makes stages exported before incompatible
+_BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "int8": 1.05, "int4": 0.6}
+_DONE_SUFFIX = ".done.json"
+
+
+class ExportError(FleetguiError):
+    """The export cannot be made as asked; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    """One step of an export, for a progress bar or the app."""
+
+    step: int  # steps done so far
+    total: int  # steps in all
+    message: str  # what is happening now, e.g. "stage 2/4: compressing to int4"
+
+
+ProgressCallback = Callable[[ExportProgress], None]
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What to export and how."""
+
+    model_dir: Path
+    out_dir: Path
+    stages: int | None = None  # even split into this many stages (default 1 if layers unset)
+    layers: str | None = None  # exact half-open ranges, e.g. "0:10,10:22,22:32"
+    weights: str = "int4"
+    monolithic: bool = False
+    beam_idx_gather: bool = True  # False only to measure what the Gather buys
+
+
+def plan_shards(source: ModelSource, request: ExportRequest) -> list[Shard]:
+    """The stages the request asks for, validated against the model."""
+    if request.monolithic:
+        if request.layers or (request.stages or 1) != 1:
+            raise ExportError("--monolithic writes one unsplit model: drop --stages/--layers")
+        return [Shard(source.model_id, 0, source.n_layers, source.n_layers)]
+    try:
+        if request.layers:
+            return parse_layer_ranges(source.model_id, source.n_layers, request.layers)
+        return even_split(source.model_id, source.n_layers, request.stages or 1)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
+
+
+def stage_key(source: ModelSource, shard: Shard, request: ExportRequest) -> str:
+    """Hash of everything a stage's files depend on; equal keys mean reusable files."""
+    payload = json.dumps(
+        [
+            EXPORTER_VERSION,
+            source.identity_hash,
+            shard.start_layer,
+            shard.end_layer,
+            request.weights,
+            request.beam_idx_gather,
+            request.monolithic,
+        ]
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _stage_file_name(shard: Shard) -> str:
+    """Named by layer range, so a re-split can reuse a stage whose range did not change."""
+    return f"stage_{shard.start_layer}-{shard.end_layer}.xml"
+
+
+def _check_disk_space(source: ModelSource, request: ExportRequest, reusable: int) -> None:
+    needed = int(source.n_parameters * _BYTES_PER_PARAM[request.weights] * 1.1) - reusable
+    parent = request.out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(parent).free
+    if needed > free:
+        raise ExportError(
+            f"not enough disk space in {parent}: the {request.weights} export needs about "
+            f"{needed / 1e9:.1f} GB and {free / 1e9:.1f} GB are free; free some space, choose "
+            "another --out, or a smaller --weights format (int4 is smallest)"
+        )
+
+
+def _previous_stages(out_dir: Path) -> dict[str, StageEntry]:
+    """Stages of an existing, complete export in ``out_dir`` by key (to reuse their files)."""
+    if not (out_dir / MANIFEST_NAME).is_file():
+        return {}
+    try:
+        return {stage.key: stage for stage in read_manifest(out_dir).stages if stage.key}
+    except ManifestError:
+        return {}
+
+
+def _marker(partial: Path, key: str) -> Path:
+    return partial / f"{key[:24]}{_DONE_SUFFIX}"
+
+
+def _reusable_stage(
+    key: str, index: int, partial: Path, previous: dict[str, StageEntry], out: Path
+) -> StageEntry | None:
+    """A stage built with ``key`` by an earlier run whose files still check out, now in
+    ``partial``; None when it must be built."""
+    marker = _marker(partial, key)
+    if marker.is_file():
+        try:
+            entry = StageEntry.from_dict(json.loads(marker.read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError):
+            entry = None
+        if entry is not None and not check_files(partial, entry.files):
+            return replace(entry, index=index)
+    old = previous.get(key)
+    if old is not None and not check_files(out, old.files):
+        for file in old.files:
+            link_or_copy(out / file.path, partial / file.path)
+        entry = replace(old, index=index)
+        atomic_write_text(marker, json.dumps(entry.to_dict()))
+        return entry
+    return None
+
+
+def _build_stage(
+    source: ModelSource,
+    shard: Shard,
+    *,
+    index: int,
+    key: str,
+    request: ExportRequest,
+    partial: Path,
+    report: Callable[[str], None],
+) -> StageEntry:
+    from fleetgui.export.stage_export import convert_stage
+
+    label = f"stage {index + 1} ({shard})"
+    report(f"{label}: tracing and converting")
+    model = convert_stage(source.path, shard, beam_idx_gather=request.beam_idx_gather)
+    if request.weights in ("int8", "int4"):
+        report(f"{label}: compressing weights to {request.weights}")
+        model = compress_weights(model, request.weights)
+    xml = partial / _stage_file_name(shard)
+    save_compressed(model, str(xml), request.weights)
+    del model
+    io = stage_io_names(shard, beam_idx_gather=request.beam_idx_gather)
+    entry = StageEntry(
+        index=index,
+        start_layer=shard.start_layer,
+        end_layer=shard.end_layer,
+        files=(FileEntry.of(partial, xml), FileEntry.of(partial, xml.with_suffix(".bin"))),
+        inputs=io.inputs,
+        outputs=io.outputs,
+        kv_states=io.states,
+        key=key,
+    )
+    atomic_write_text(_marker(partial, key), json.dumps(entry.to_dict()))
+    return entry
+
+
+def _drop_unlisted_files(folder: Path, manifest: Manifest) -> None:
+    """Remove build markers and files of earlier runs that the manifest does not list."""
+    listed = {f.path for f in manifest.tokenizer_files}
+    listed |= {f.path for stage in manifest.stages for f in stage.files}
+    listed.add(MANIFEST_NAME)
+    for path in sorted(folder.rglob("*"), reverse=True):
+        if path.is_file() and path.relative_to(folder).as_posix() not in listed:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
+def export_model(
+    request: ExportRequest,
+    *,
+    progress: ProgressCallback | None = None,
+    verify: Callable[[Path], None] | None = None,
+) -> Manifest:
+    """Export ``request.model_dir`` to ``request.out_dir``; returns the written manifest.
+
+    ``verify`` is called on the finished folder before it is moved into place; if it raises,
+    the previous contents of ``out_dir`` stay as they were and the stages already built are kept
+    for the next run.
+    """
+    source = open_model_source(request.model_dir)
+    adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
+    shards = plan_shards(source, request)
+    out = Path(request.out_dir)
+    if out.exists() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
+        raise ExportError(
+            f"{out} exists and is not a fleetgui export; choose another --out or empty it"
+        )
+    previous = _previous_stages(out)
+    keys = [stage_key(source, shard, request) for shard in shards]
+    reusable = sum(sum(f.size for f in previous[k].files) for k in keys if k in previous)
+    _check_disk_space(source, request, reusable)
+    partial = out.with_name(f".{out.name}.partial")
+    partial.mkdir(parents=True, exist_ok=True)
+
+    total = len(shards) + 2 + (verify is not None)
+    done = 0
+
+    def report(message: str) -> None:
+        log.info("export: %s", message)
+        if progress is not None:
+            progress(ExportProgress(done, total, message))
+
+    entries: list[StageEntry] = []
+    for index, (shard, key) in enumerate(zip(shards, keys, strict=True)):
+        entry = _reusable_stage(key, index, partial, previous, out)
+        if entry is not None:
+            report(f"stage {index + 1} ({shard}): unchanged, reused")
+        elif request.monolithic:
+            report("monolithic model: exporting with optimum-intel")
+            entry = export_monolithic(source, partial, request.weights, key)
+            atomic_write_text(_marker(partial, key), json.dumps(entry.to_dict()))
+        else:
+            entry = _build_stage(
+                source,
+                shard,
+                index=index,
+                key=key,
+                request=request,
+                partial=partial,
+                report=report,
+            )
+        entries.append(entry)
+        done += 1
+
+    report("tokenizer: copying and converting to OpenVINO")
+    if request.monolithic:  # optimum wrote them next to the model, where openvino_genai looks
+        model_files = {f.path for f in entries[0].files}
+        tokenizer_files = [
+            p
+            for p in partial.iterdir()
+            if p.is_file()
+            and p.name not in model_files
+            and p.name != MANIFEST_NAME
+            and not p.name.endswith(_DONE_SUFFIX)
+        ]
+    else:
+        tokenizer_files = export_tokenizer(source, partial / TOKENIZER_DIR)
+    done += 1
+
+    manifest = Manifest(
+        model_name=source.name,
+        model_hash=source.identity_hash,
+        architecture=source.model_type,
+        n_layers=source.n_layers,
+        hidden_size=source.hidden_size,
+        vocab_size=source.vocab_size,
+        weight_format=request.weights,
+        stages=tuple(entries),
+        tokenizer_files=tuple(FileEntry.of(partial, f) for f in sorted(set(tokenizer_files))),
+        layout="monolithic" if request.monolithic else "stages",
+        config=source.config,
+        fleetgui_version=__version__,
+    )
+    manifest.write(partial)
+    if verify is not None:
+        report("verifying against the source model")
+        verify(partial)
+        done += 1
+    _drop_unlisted_files(partial, manifest)
+    replace_dir(partial, out)
+    done += 1
+    report(f"done: {out}")
+    return manifest

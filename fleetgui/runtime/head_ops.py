@@ -1,0 +1,49 @@
+"""Run a ``HeadOp`` on the last stage's outputs: greedy picks read the compact top-1 output,
+sampling and speculative sampling read the logits, and only token ids come back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fleetgui.runtime.head import probabilities, sample, verify_greedy, verify_sampling
+from fleetgui.runtime.stage import (
+    GreedyHead,
+    HeadOp,
+    SampleHead,
+    VerifyGreedyHead,
+    VerifySampleHead,
+)
+
+
+def _top1(request: Any, last: int) -> np.ndarray:
+    """Argmax token ids of the last ``last`` positions, from ``top1_ids`` when the model has it
+    (fleetgui stages) or from the logits (monolithic/optimum models)."""
+    names = {port.get_any_name() for port in request.get_compiled_model().outputs}
+    if "top1_ids" in names:
+        return np.asarray(request.get_tensor("top1_ids").data[0, -last:])
+    return np.asarray(request.get_tensor("logits").data[0, -last:].argmax(-1))
+
+
+def _logits(request: Any, last: int) -> np.ndarray:
+    return np.asarray(request.get_tensor("logits").data[0, -last:])
+
+
+def run_head(head: HeadOp, request: Any) -> tuple[list[int], int]:
+    """The new tokens and the number of accepted drafts for ``head`` on ``request``'s outputs."""
+    if isinstance(head, GreedyHead):
+        return [int(_top1(request, 1)[0])], 0
+    if isinstance(head, SampleHead):
+        probs = probabilities(_logits(request, 1)[0], head.params)
+        return [sample(probs, head.u)], 0
+    if isinstance(head, VerifyGreedyHead):
+        accepted, tokens = verify_greedy(_top1(request, len(head.drafts) + 1), head.drafts)
+        return tokens, accepted
+    if isinstance(head, VerifySampleHead):
+        probs = probabilities(_logits(request, len(head.drafts) + 1), head.params)
+        accepted, tokens = verify_sampling(
+            probs, head.drafts, head.draft_dists, head.u_accept, head.u_resample
+        )
+        return tokens, accepted
+    raise TypeError(f"unknown head op {head!r}")

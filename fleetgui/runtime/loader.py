@@ -1,0 +1,112 @@
+"""Build a ``Pipeline`` from an export folder (and a draft export) in this process."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openvino as ov
+
+from fleetgui.errors import FleetguiError
+from fleetgui.export.manifest import Manifest, read_manifest
+from fleetgui.runtime.metrics import MetricsBus
+from fleetgui.runtime.ov_stage import LocalStage, StageConfig
+from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.route import LocalRoute
+from fleetgui.runtime.speculative import DraftModel
+from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class LocalPipelineConfig:
+    """How to run an export in this process."""
+
+    stage: StageConfig = field(default_factory=StageConfig)  # every target stage's settings
+    draft_stage: StageConfig = field(default_factory=StageConfig)
+    context_limit: int | None = None  # None: the model's max_position_embeddings (capped)
+    prefill_chunk: int = 256
+
+
+def context_limit_of(manifest: Manifest, requested: int | None) -> int:
+    model_max = int(manifest.config.get("max_position_embeddings") or DEFAULT_CONTEXT)
+    if requested is None:
+        return min(model_max, DEFAULT_CONTEXT)
+    if requested > model_max:
+        raise FleetguiError(
+            f"a context of {requested} tokens exceeds the model's {model_max}; use {model_max} "
+            "or less"
+        )
+    return requested
+
+
+def load_draft(
+    draft_dir: Path,
+    target: Manifest,
+    tokenizer: Tokenizer,
+    config: LocalPipelineConfig,
+    core: ov.Core,
+) -> DraftModel:
+    """The draft export as a ``DraftModel``; it must share the target's tokenizer."""
+    manifest = read_manifest(draft_dir)
+    if len(manifest.stages) != 1:
+        raise FleetguiError(
+            f"the draft {draft_dir} has {len(manifest.stages)} stages; export it whole "
+            "(--monolithic or --stages 1)"
+        )
+    draft_tokenizer = Tokenizer(tokenizer_dir_of(draft_dir), core)
+    if (
+        manifest.vocab_size != target.vocab_size
+        or draft_tokenizer.fingerprint() != tokenizer.fingerprint()
+    ):
+        raise FleetguiError(
+            f"the draft {draft_dir} uses a different tokenizer or vocabulary "
+            f"({manifest.vocab_size} tokens) than the target ({target.vocab_size}); choose a "
+            "draft model from the same family"
+        )
+    stage = LocalStage(
+        0,
+        manifest.shard(0),
+        draft_dir / manifest.stages[0].model_file,
+        config.draft_stage,
+        core=core,
+    )
+    limit = context_limit_of(manifest, config.context_limit)
+    return DraftModel(stage, context_limit=limit, prefill_chunk=config.prefill_chunk)
+
+
+def load_local_pipeline(
+    export_dir: Path,
+    *,
+    draft_dir: Path | None = None,
+    config: LocalPipelineConfig | None = None,
+    metrics: MetricsBus | None = None,
+) -> Pipeline:
+    """Every stage of ``export_dir`` compiled in this process, chained, with an optional draft."""
+    config = config or LocalPipelineConfig()
+    manifest = read_manifest(export_dir)
+    core = ov.Core()
+    tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
+    stages = [
+        LocalStage(
+            entry.index,
+            manifest.shard(entry.index),
+            Path(export_dir) / entry.model_file,
+            config.stage,
+            core=core,
+        )
+        for entry in manifest.stages
+    ]
+    draft = load_draft(draft_dir, manifest, tokenizer, config, core) if draft_dir else None
+    return Pipeline(
+        LocalRoute(stages),
+        tokenizer,
+        context_limit=context_limit_of(manifest, config.context_limit),
+        draft=draft,
+        prefill_chunk=config.prefill_chunk,
+        metrics=metrics,
+    )

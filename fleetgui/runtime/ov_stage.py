@@ -1,0 +1,188 @@
+"""A stage that runs an exported OpenVINO shard in this process.
+
+OpenVINO runs each request asynchronously (``start_async``) and signals the asyncio loop from its
+callback, so the GIL is free while a stage computes and several stages (and streams) overlap.
+One InferRequest per stream holds that stream's KV state; one request at a time runs on a stage
+(its lock), in arrival order, which is what interleaves streams across stages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from fleetgui.runtime.head_ops import run_head
+from fleetgui.runtime.kv_mask import StreamMask
+from fleetgui.runtime.stage import (
+    ForwardRequest,
+    ForwardResult,
+    LogitsHead,
+    Stage,
+    StageError,
+)
+from fleetgui.shard import Shard
+
+log = logging.getLogger(__name__)
+
+PRECISION_HINTS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """How to compile a stage on this PC."""
+
+    device: str = "CPU"
+    threads: int = 0  # OpenVINO inference threads; 0: the plugin's default
+    precision: str = "auto"  # f32 | bf16 | f16 | auto (the device's default)
+    kv_cache_precision: str | None = None  # e.g. "f32" for bit-exact rewind/compaction tests
+
+    def ov_properties(self) -> dict[str, Any]:
+        props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        if self.threads:
+            props["INFERENCE_NUM_THREADS"] = self.threads
+        if self.precision != "auto":
+            if self.precision not in PRECISION_HINTS:
+                raise ValueError(
+                    f"unknown precision {self.precision!r}: choose f32, bf16, f16 or auto"
+                )
+            props["INFERENCE_PRECISION_HINT"] = PRECISION_HINTS[self.precision]
+        if self.kv_cache_precision:
+            props["KV_CACHE_PRECISION"] = self.kv_cache_precision
+        elif self.precision == "f32":
+            props["KV_CACHE_PRECISION"] = "f32"
+        return props
+
+
+@dataclass
+class _StreamSlot:
+    request: ov.InferRequest
+    mask: StreamMask = field(default_factory=StreamMask)
+
+
+async def infer_async(request: ov.InferRequest, inputs: dict[str, Any]) -> None:
+    """Run ``request`` on ``inputs`` without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def finished(_: Any) -> None:
+        loop.call_soon_threadsafe(settle)
+
+    request.set_callback(finished, None)
+    request.start_async(inputs)
+    await done
+    request.wait()  # re-raises an inference error, if any
+
+
+class LocalStage(Stage):
+    """An exported stage (``stage_*.xml`` or a monolithic model) compiled in this process."""
+
+    def __init__(
+        self,
+        index: int,
+        shard: Shard,
+        model_path: Path,
+        config: StageConfig | None = None,
+        *,
+        core: ov.Core | None = None,
+    ) -> None:
+        self.index = index
+        self.shard = shard
+        self.config = config or StageConfig()
+        core = core or ov.Core()
+        started = time.perf_counter()
+        self._compiled = core.compile_model(
+            str(model_path), self.config.device, self.config.ov_properties()
+        )
+        self._inputs = {port.get_any_name() for port in self._compiled.inputs}
+        self._outputs = {port.get_any_name() for port in self._compiled.outputs}
+        self._main_input = "input_ids" if "input_ids" in self._inputs else "hidden_in"
+        self._streams: dict[int, _StreamSlot] = {}
+        self._lock = asyncio.Lock()
+        log.info(
+            "stage %d (%s) compiled on %s in %.1f s",
+            index,
+            shard,
+            self.config.device,
+            time.perf_counter() - started,
+        )
+
+    @property
+    def is_last(self) -> bool:
+        return "logits" in self._outputs
+
+    def _slot(self, stream_id: int) -> _StreamSlot:
+        slot = self._streams.get(stream_id)
+        if slot is None:
+            slot = _StreamSlot(self._compiled.create_infer_request())
+            self._streams[stream_id] = slot
+        return slot
+
+    def mask_of(self, stream_id: int) -> StreamMask:
+        return self._slot(stream_id).mask
+
+    def _compact(self, slot: _StreamSlot) -> None:
+        keep = slot.mask.live_indices()
+        for state in slot.request.query_state():
+            data = state.state.data
+            state.state = ov.Tensor(np.ascontiguousarray(data[:, :, keep, :]))
+        slot.mask.compacted()
+
+    async def forward(self, request: ForwardRequest) -> ForwardResult:
+        slot = self._slot(request.stream_id)
+        async with self._lock:
+            started = time.perf_counter()
+            try:
+                if request.rewind:
+                    slot.mask.rewind(request.rewind)
+                if request.compact:
+                    self._compact(slot)
+                attention_mask, positions = slot.mask.advance(request.n_positions)
+                inputs: dict[str, Any] = {
+                    self._main_input: request.payload,
+                    "attention_mask": attention_mask,
+                    "position_ids": positions,
+                }
+                if "beam_idx" in self._inputs:
+                    inputs["beam_idx"] = np.zeros(1, dtype=np.int32)
+                await infer_async(slot.request, inputs)
+            except Exception as exc:
+                raise StageError(
+                    f"stage {self.index} ({self.shard}) failed on stream {request.stream_id}: {exc}"
+                ) from exc
+            result = ForwardResult(request.stream_id)
+            if self.is_last:
+                if isinstance(request.head, LogitsHead):
+                    result.logits = slot.request.get_tensor("logits").data[0, -1].copy()
+                elif request.head is not None:
+                    result.tokens, result.accepted = run_head(request.head, slot.request)
+            else:
+                result.payload = slot.request.get_tensor("hidden_out").data.copy()
+            result.compute_ms[self.index] = (time.perf_counter() - started) * 1000
+        return result
+
+    async def rewind(self, stream_id: int, n_positions: int) -> None:
+        self._slot(stream_id).mask.rewind(n_positions)
+
+    async def reset(self, stream_id: int) -> None:
+        slot = self._slot(stream_id)
+        async with self._lock:
+            slot.request.reset_state()
+            slot.mask.reset()
+
+    async def release(self, stream_id: int) -> None:
+        async with self._lock:
+            self._streams.pop(stream_id, None)
+
+    async def close(self) -> None:
+        self._streams.clear()

@@ -1,0 +1,349 @@
+"""The coordinator's generation loop: the ``Pipeline`` API behind the CLI, the app and the API.
+
+One ``Pipeline`` serves many concurrent streams (PP+SD+MB): each ``generate`` call is a stream
+with its own KV state on every stage; streams interleave across the stages because each stage
+runs one request at a time while the others work on other streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.head import SamplingParams, uniforms_for_round
+from fleetgui.runtime.metrics import (
+    MetricsBus,
+    RequestFinished,
+    SpeculationRound,
+    StageTiming,
+    TokensEmitted,
+)
+from fleetgui.runtime.route import Route
+from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
+from fleetgui.runtime.speculative import AutoK, DraftModel, check_k
+from fleetgui.runtime.stage import (
+    ForwardRequest,
+    ForwardResult,
+    GreedyHead,
+    HeadOp,
+    SampleHead,
+    VerifyGreedyHead,
+    VerifySampleHead,
+)
+from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class GenerationError(FleetguiError):
+    """A request that cannot be served as asked (the message says how to fix it)."""
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+    speculative: bool = False  # PP+SD: needs the pipeline's draft model
+    k: int | None = None  # draft tokens per round; None: auto
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """New text of one stream, as it is accepted."""
+
+    stream_id: int
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass
+class GenerationResult:
+    stream_id: int
+    prompt: str
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+    ttft_ms: float
+    tokens_per_s: float  # decode rate: tokens after the first / time after the first
+    acceptance_rate: float | None
+    finish_reason: str  # "eos", "stop", "max_tokens" or "context"
+    ks: list[int] = field(default_factory=list)  # K of each speculative round
+
+
+@dataclass
+class _Stream:
+    id: int
+    prompt_ids: list[int]
+    options: GenerationOptions
+    rng: np.random.Generator
+    target: FedTokens = field(default_factory=FedTokens)
+    committed: list[int] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    ks: list[int] = field(default_factory=list)
+    auto_k: AutoK = field(default_factory=AutoK)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.committed[len(self.prompt_ids) :]
+
+
+class Pipeline:
+    """Generates text through a route of stages, optionally with a local draft model."""
+
+    def __init__(
+        self,
+        route: Route,
+        tokenizer: Tokenizer,
+        *,
+        context_limit: int,
+        draft: DraftModel | None = None,
+        prefill_chunk: int = 256,
+        metrics: MetricsBus | None = None,
+        compaction: CompactionPolicy | None = None,
+    ) -> None:
+        self.route = route
+        self.tokenizer = tokenizer
+        self.context_limit = context_limit
+        self.draft = draft
+        self.prefill_chunk = prefill_chunk
+        self.metrics = metrics or MetricsBus()
+        self.compaction = compaction or CompactionPolicy()
+        self._ids = itertools.count(1)
+
+    # -- public API ---------------------------------------------------------------------------
+
+    async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
+        """Generate a whole answer to ``prompt``."""
+        result: GenerationResult | None = None
+        async for item in self._generate(prompt, options):
+            if isinstance(item, GenerationResult):
+                result = item
+        if result is None:
+            raise RuntimeError("generation ended without a result")
+        return result
+
+    async def stream(
+        self, prompt: str, options: GenerationOptions
+    ) -> AsyncIterator[TokenDelta | GenerationResult]:
+        """Text deltas as tokens are accepted, then the ``GenerationResult``."""
+        async for item in self._generate(prompt, options):
+            yield item
+
+    async def close(self) -> None:
+        await self.route.close()
+        if self.draft is not None:
+            await self.draft.stage.close()
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def _check(self, prompt: str, options: GenerationOptions) -> list[int]:
+        if not prompt or not prompt.strip():
+            raise GenerationError("the prompt is empty: give some text to continue")
+        if options.max_new_tokens < 1:
+            raise GenerationError("max new tokens must be at least 1")
+        try:
+            options.sampling.validate()
+        except ValueError as exc:
+            raise GenerationError(str(exc)) from exc
+        if options.speculative:
+            if self.draft is None:
+                raise GenerationError(
+                    "speculative decoding needs a draft model: pass --draft DRAFT_EXPORT_DIR"
+                )
+            if options.k is not None:
+                try:
+                    check_k(options.k)
+                except ValueError as exc:
+                    raise GenerationError(str(exc)) from exc
+        ids = self.tokenizer.encode(prompt)
+        if len(ids) >= self.context_limit:
+            raise GenerationError(
+                f"the prompt has {len(ids)} tokens but the model's context holds "
+                f"{self.context_limit}: shorten it to fewer than {self.context_limit} tokens"
+            )
+        return ids
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _target(self, stream: _Stream, drafts: list[int], head: HeadOp) -> ForwardResult:
+        """Bring the target's cache to the committed tokens plus ``drafts``; run ``head``."""
+        rewind, pending = stream.target.plan(stream.committed)
+        feed = pending + drafts
+        result = ForwardResult(stream.id)
+        for start in range(0, len(feed), self.prefill_chunk):
+            chunk = feed[start : start + self.prefill_chunk]
+            last = start + self.prefill_chunk >= len(feed)
+            stream.target.applied(rewind, [])
+            compact = self.compaction.should_compact(stream.target, len(chunk), self.context_limit)
+            result = await self.route.run(
+                ForwardRequest(
+                    stream.id,
+                    np.array([chunk], dtype=np.int64),
+                    rewind=rewind,
+                    compact=compact,
+                    head=head if last else None,
+                )
+            )
+            if compact:
+                stream.target.compacted()
+            stream.target.applied(0, chunk)
+            rewind = 0
+            for stage, ms in sorted(result.compute_ms.items()):
+                self.metrics.emit(StageTiming(stream.id, stage, ms, len(chunk)))
+        return result
+
+    def _plain_head(self, stream: _Stream) -> HeadOp:
+        params = stream.options.sampling
+        return GreedyHead() if params.greedy else SampleHead(params, float(stream.rng.random()))
+
+    def _room(self, stream: _Stream) -> int:
+        """Positions left in the context for this stream."""
+        return self.context_limit - len(stream.committed)
+
+    async def _speculative_step(self, stream: _Stream) -> list[int]:
+        assert self.draft is not None
+        options = stream.options
+        k = options.k if options.k is not None else stream.auto_k.choose()
+        k = min(k, options.max_new_tokens - len(stream.generated), self._room(stream) - 1)
+        if k < 1:
+            return (await self._target(stream, [], self._plain_head(stream))).tokens
+        params = options.sampling
+        proposal = await self.draft.propose(stream.id, stream.committed, k, params, stream.rng)
+        head: HeadOp
+        if params.greedy:
+            head = VerifyGreedyHead(tuple(proposal.drafts))
+        else:
+            u_accept, u_resample = uniforms_for_round(stream.rng, k)
+            head = VerifySampleHead(
+                params,
+                tuple(proposal.drafts),
+                tuple(proposal.dists),
+                tuple(float(u) for u in u_accept),
+                float(u_resample),
+            )
+        started = time.perf_counter()
+        result = await self._target(stream, proposal.drafts, head)
+        verify_ms = (time.perf_counter() - started) * 1000
+        stream.drafted += k
+        stream.accepted += result.accepted
+        stream.ks.append(k)
+        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms)
+        self.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
+        return result.tokens
+
+    async def _generate(
+        self, prompt: str, options: GenerationOptions
+    ) -> AsyncIterator[TokenDelta | GenerationResult]:
+        prompt_ids = self._check(prompt, options)
+        stream = _Stream(
+            next(self._ids), prompt_ids, options, np.random.default_rng(options.sampling.seed)
+        )
+        stream.committed = list(prompt_ids)
+        text = IncrementalText(self.tokenizer, options.stop_strings)
+        started = time.perf_counter()
+        first_at = started
+        finish = "max_tokens"
+        try:
+            if options.speculative and self.draft is not None:
+                draft_prefill = asyncio.ensure_future(
+                    self.draft.prefill(stream.id, stream.committed)
+                )
+                first = (await self._target(stream, [], self._plain_head(stream))).tokens
+                await draft_prefill
+            else:
+                first = (await self._target(stream, [], self._plain_head(stream))).tokens
+            new_tokens = first
+            while True:
+                step_started = time.perf_counter()
+                new_tokens, finish_now = self._commit(stream, new_tokens)
+                if len(stream.generated) and first_at == started:
+                    first_at = time.perf_counter()
+                delta = text.update(stream.generated)
+                self.metrics.emit(
+                    TokensEmitted(stream.id, len(new_tokens), (time.perf_counter() - step_started))
+                )
+                if delta or new_tokens:
+                    yield TokenDelta(stream.id, delta, tuple(new_tokens))
+                if text.stopped:
+                    finish_now = "stop"
+                if finish_now:
+                    finish = finish_now
+                    break
+                if self._room(stream) <= 0:
+                    finish = "context"
+                    break
+                if options.speculative:
+                    new_tokens = await self._speculative_step(stream)
+                else:
+                    new_tokens = (await self._target(stream, [], self._plain_head(stream))).tokens
+        finally:
+            await self.route.release(stream.id)
+            if self.draft is not None and options.speculative:
+                await self.draft.release(stream.id)
+        yield self._finish(
+            stream, prompt=prompt, text=text, started=started, first_at=first_at, finish=finish
+        )
+
+    def _commit(self, stream: _Stream, tokens: list[int]) -> tuple[list[int], str]:
+        """Append ``tokens`` up to EOS, the token limit and the context; the finish reason."""
+        taken: list[int] = []
+        limit = stream.options.max_new_tokens
+        for token in tokens:
+            if token in self.tokenizer.eos_token_ids:
+                stream.committed += taken
+                return taken, "eos"
+            taken.append(token)
+            if len(stream.generated) + len(taken) >= limit:
+                stream.committed += taken
+                return taken, "max_tokens"
+        stream.committed += taken
+        return taken, ""
+
+    def _finish(
+        self,
+        stream: _Stream,
+        *,
+        prompt: str,
+        text: IncrementalText,
+        started: float,
+        first_at: float,
+        finish: str,
+    ) -> GenerationResult:
+        ended = time.perf_counter()
+        generated = stream.generated
+        decode_s = ended - first_at
+        rate = (len(generated) - 1) / decode_s if len(generated) > 1 and decode_s > 0 else 0.0
+        acceptance = stream.accepted / stream.drafted if stream.drafted else None
+        result = GenerationResult(
+            stream_id=stream.id,
+            prompt=prompt,
+            text=text.text,
+            token_ids=list(generated),
+            prompt_tokens=len(stream.prompt_ids),
+            ttft_ms=(first_at - started) * 1000,
+            tokens_per_s=rate,
+            acceptance_rate=acceptance,
+            finish_reason=finish,
+            ks=stream.ks,
+        )
+        self.metrics.emit(
+            RequestFinished(
+                stream.id,
+                result.prompt_tokens,
+                len(generated),
+                result.ttft_ms,
+                rate,
+                acceptance,
+                finish,
+            )
+        )
+        return result

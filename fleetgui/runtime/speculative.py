@@ -1,0 +1,168 @@
+"""Speculative decoding on the coordinator: the draft model and the choice of K.
+
+The draft is a whole (monolithic, or 1-stage) export running in the coordinator's process. It
+proposes K tokens one at a time; the target verifies all of them in one K+1-position pass
+through the pipeline. The draft's cache is rewound with the same mask-based rule as the target's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
+from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
+from fleetgui.runtime.stage import ForwardRequest, LogitsHead
+
+log = logging.getLogger(__name__)
+
+K_MIN, K_MAX = 1, 16
+
+
+def check_k(k: int) -> int:
+    if not K_MIN <= k <= K_MAX:
+        raise ValueError(f"K must be between {K_MIN} and {K_MAX} (or auto), got {k}")
+    return k
+
+
+@dataclass
+class Proposal:
+    drafts: list[int]
+    dists: list[SparseDist]  # empty in greedy mode
+    ms: float
+
+
+class DraftModel:
+    """A draft model in this process, with per-stream fed tokens for mask-based rewind."""
+
+    def __init__(
+        self,
+        stage: LocalStage,
+        *,
+        context_limit: int,
+        prefill_chunk: int = 256,
+        policy: CompactionPolicy | None = None,
+    ) -> None:
+        self.stage = stage
+        self.context_limit = context_limit
+        self.prefill_chunk = prefill_chunk
+        self.policy = policy or CompactionPolicy()
+        self._fed: dict[int, FedTokens] = {}
+
+    def _tokens(self, stream_id: int) -> FedTokens:
+        return self._fed.setdefault(stream_id, FedTokens())
+
+    async def _feed(self, stream_id: int, committed: list[int]) -> np.ndarray:
+        """Bring the draft's cache to ``committed``; the logits after its last token."""
+        fed = self._tokens(stream_id)
+        rewind, pending = fed.plan(committed)
+        if not pending:  # cache already ends with the committed text: re-feed its last token
+            rewind, pending = rewind + 1, committed[-1:]
+        logits = None
+        for start in range(0, len(pending), self.prefill_chunk):
+            chunk = pending[start : start + self.prefill_chunk]
+            fed.applied(rewind, [])
+            compact = self.policy.should_compact(fed, len(chunk), self.context_limit)
+            result = await self.stage.forward(
+                ForwardRequest(
+                    stream_id,
+                    np.array([chunk], dtype=np.int64),
+                    rewind=rewind,
+                    compact=compact,
+                    head=LogitsHead(),
+                )
+            )
+            if compact:
+                fed.compacted()
+            fed.applied(0, chunk)
+            rewind = 0
+            logits = result.logits
+        if logits is None:
+            raise RuntimeError("draft model returned no logits")
+        return logits
+
+    async def prefill(self, stream_id: int, committed: list[int]) -> None:
+        """Feed the prompt ahead of the first proposal (overlaps the target's prefill)."""
+        await self._feed(stream_id, committed[:-1] or committed)
+
+    async def propose(
+        self,
+        stream_id: int,
+        committed: list[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        """K draft tokens continuing ``committed`` (greedy, or sampled with their distributions)."""
+        started = time.perf_counter()
+        drafts: list[int] = []
+        dists: list[SparseDist] = []
+        logits = await self._feed(stream_id, committed)
+        for i in range(k):
+            if params.greedy:
+                token = int(np.argmax(logits))
+            else:
+                probs = probabilities(logits, params)
+                token = sample(probs, float(rng.random()))
+                dists.append(SparseDist.from_dense(probs))
+            drafts.append(token)
+            if i < k - 1:
+                logits = await self._feed(stream_id, committed + drafts)
+        return Proposal(drafts, dists, (time.perf_counter() - started) * 1000)
+
+    async def release(self, stream_id: int) -> None:
+        self._fed.pop(stream_id, None)
+        await self.stage.release(stream_id)
+
+
+@dataclass
+class AutoK:
+    """Chooses K from the measured acceptance rate and the draft and verify times.
+
+    Expected tokens per round with per-token acceptance ``a`` is (1 - a^(K+1)) / (1 - a); a
+    round costs K draft steps plus one verify pass of K+1 positions, whose time is fitted as a
+    line in K from the rounds seen. K maximises tokens per millisecond.
+    """
+
+    initial_k: int = 4
+    alpha: float = 0.7  # acceptance-rate estimate (EMA)
+    draft_ms: float = 0.0  # per draft token (EMA)
+    smoothing: float = 0.2
+    _verify: dict[int, float] = field(default_factory=dict)  # K -> verify ms (EMA)
+
+    def update(self, k: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        s = self.smoothing
+        self.alpha = (1 - s) * self.alpha + s * (accepted / k)
+        per_token = draft_ms / k
+        self.draft_ms = per_token if self.draft_ms == 0 else (1 - s) * self.draft_ms + s * per_token
+        old = self._verify.get(k)
+        self._verify[k] = verify_ms if old is None else (1 - s) * old + s * verify_ms
+
+    def _verify_ms(self, k: int) -> float:
+        if k in self._verify:
+            return self._verify[k]
+        points = sorted(self._verify.items())
+        if len(points) >= 2:
+            ks = np.array([p[0] for p in points], dtype=float)
+            ms = np.array([p[1] for p in points], dtype=float)
+            slope, intercept = np.polyfit(ks, ms, 1)
+            return max(float(intercept + slope * k), 1e-3)
+        base_k, base_ms = points[0]
+        return base_ms * (1 + 0.05 * (k - base_k))  # decode passes grow slowly with positions
+
+    def choose(self) -> int:
+        if not self._verify:
+            return self.initial_k
+        a = min(max(self.alpha, 0.01), 0.99)
+        best_k, best_rate = K_MIN, -math.inf
+        for k in range(K_MIN, K_MAX + 1):
+            tokens = (1 - a ** (k + 1)) / (1 - a)
+            rate = tokens / (k * self.draft_ms + self._verify_ms(k))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k

@@ -1,0 +1,117 @@
+"""The stage interface the coordinator drives, in-process or on a remote worker.
+
+A stage holds one contiguous layer range (a ``Shard``) and, per stream, its own KV state. The
+coordinator sends it a ``ForwardRequest``: rewind the stream's cache by some positions (the
+paper's mask-based rewind), optionally compact it, then run ``n`` new positions. Every stage of a
+pipeline applies the same rewind and compaction to its own mask, so masks never travel. The last
+stage runs a ``HeadOp`` on its logits, so only token ids (never full logits) leave it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.shard import Shard
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyHead:
+    """Return the argmax token at the last position (prefill, plain decode)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleHead:
+    """Sample the token at the last position from the target's distribution with ``u``."""
+
+    params: SamplingParams
+    u: float
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyGreedyHead:
+    """Speculative verification of ``drafts`` (the last ``len(drafts)`` positions) by argmax."""
+
+    drafts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySampleHead:
+    """Speculative sampling (Leviathan et al.) of ``drafts`` against the target's probabilities;
+    ``draft_dists`` are the draft's distributions the drafts were sampled from."""
+
+    params: SamplingParams
+    drafts: tuple[int, ...]
+    draft_dists: tuple[SparseDist, ...]
+    u_accept: tuple[float, ...]
+    u_resample: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogitsHead:
+    """Return the last position's full logits. Only for a model in the coordinator's own process
+    (the draft): logits never cross the network."""
+
+
+HeadOp = GreedyHead | SampleHead | VerifyGreedyHead | VerifySampleHead | LogitsHead
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRequest:
+    """Run ``n_positions`` new positions of one stream through a stage."""
+
+    stream_id: int
+    payload: np.ndarray  # token ids [1, n] int64 (first stage) or hidden states [1, n, hidden]
+    rewind: int = 0  # first mask out this many of the stream's newest live KV entries
+    compact: bool = False  # then drop masked entries from the cache (before this forward)
+    head: HeadOp | None = None  # last stage: what to return; None: nothing (prefill chunks)
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.payload.shape[1])
+
+
+@dataclass(slots=True)
+class ForwardResult:
+    """What a stage returns: hidden states for the next stage, or the head's tokens."""
+
+    stream_id: int
+    payload: np.ndarray | None = None  # hidden states [1, n, hidden] (non-last stages)
+    tokens: list[int] = field(default_factory=list)  # head output: new committed tokens
+    accepted: int = 0  # speculative verification: drafts accepted
+    logits: np.ndarray | None = None  # LogitsHead only: [vocab] of the last position
+    compute_ms: dict[int, float] = field(default_factory=dict)  # stage index -> ms
+
+
+class StageError(RuntimeError):
+    """A stage failed to run a request (the message names the stage and the stream)."""
+
+
+class Stage(ABC):
+    """One pipeline stage: a layer range with per-stream KV state."""
+
+    index: int
+    shard: Shard
+
+    @abstractmethod
+    async def forward(self, request: ForwardRequest) -> ForwardResult:
+        """Apply the request's rewind/compaction, run its positions, return the output."""
+
+    @abstractmethod
+    async def rewind(self, stream_id: int, n_positions: int) -> None:
+        """Mask out the stream's ``n_positions`` newest live KV entries."""
+
+    @abstractmethod
+    async def reset(self, stream_id: int) -> None:
+        """Forget the stream's KV cache (keep its resources for reuse)."""
+
+    @abstractmethod
+    async def release(self, stream_id: int) -> None:
+        """Free everything the stream holds on this stage."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release every stream and the stage's model."""

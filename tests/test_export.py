@@ -1,0 +1,259 @@
+"""`fleetgui export` end to end: manifest, atomicity, resume, bad input, verification."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetgui.export.architectures import UnsupportedArchitectureError
+from fleetgui.export.exporter import ExportError, ExportProgress, ExportRequest, export_model
+from fleetgui.export.manifest import MANIFEST_NAME, check_files, read_manifest
+from fleetgui.export.model_source import ModelSourceError
+from fleetgui.export.stage_chain import EXACT_CONFIG, StageChain
+from fleetgui.export.verify import VerificationError, verify_export
+from fleetgui.fsutil import sha256_file
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_models: Callable[..., Path]) -> Path:
+    return tiny_models("llama")
+
+
+@pytest.fixture(scope="module")
+def llama_2stage(llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exports") / "llama-2s"
+    export_model(ExportRequest(llama, out, stages=2, weights="fp32"))
+    return out
+
+
+def test_manifest_describes_every_file(llama_2stage: Path, llama: Path) -> None:
+    manifest = read_manifest(llama_2stage)
+    config = json.loads((llama / "config.json").read_text())
+    assert manifest.architecture == "llama"
+    assert manifest.n_layers == config["num_hidden_layers"] == 4
+    assert manifest.hidden_size == config["hidden_size"]
+    assert manifest.vocab_size == config["vocab_size"]
+    assert manifest.weight_format == "fp32"
+    assert [(s.start_layer, s.end_layer) for s in manifest.stages] == [(0, 2), (2, 4)]
+    first, last = manifest.stages
+    assert first.inputs[0] == "input_ids" and last.inputs[0] == "hidden_in"
+    assert "beam_idx" in first.inputs and "attention_mask" in first.inputs
+    assert first.outputs == ("hidden_out",)
+    assert set(last.outputs) == {"logits", "top1_ids", "top1_probs"}
+    assert first.kv_states == (
+        "past_key_values.0.key",
+        "past_key_values.0.value",
+        "past_key_values.1.key",
+        "past_key_values.1.value",
+    )
+    for stage in manifest.stages:
+        assert check_files(llama_2stage, stage.files) == []
+        for entry in stage.files:
+            assert sha256_file(llama_2stage / entry.path) == entry.sha256
+    names = {Path(f.path).name for f in manifest.tokenizer_files}
+    assert {"openvino_tokenizer.xml", "openvino_detokenizer.xml", "tokenizer.json"} <= names
+    assert not (llama_2stage.parent / f".{llama_2stage.name}.partial").exists()
+    leftovers = [p.name for p in llama_2stage.iterdir() if p.name.endswith(".done.json")]
+    assert leftovers == []
+
+
+def test_verify_passes_against_hf_fp32(llama_2stage: Path, llama: Path) -> None:
+    report = verify_export(llama_2stage, llama, decode_steps=32)
+    assert report.passed and report.tokens_match
+    assert report.max_logit_diff < 1e-4
+    assert all(len(r.stage_diffs) == 2 for r in report.results)
+
+
+def test_verify_catches_a_wrong_export(
+    llama_2stage: Path, tiny_models: Callable[..., Path], tmp_path: Path
+) -> None:
+    other = tiny_models("llama", seed=7)  # same architecture, other weights
+    report = verify_export(llama_2stage, other, decode_steps=8, prompts=["hello world"])
+    assert not report.passed
+    assert report.max_logit_diff > 1e-2
+
+
+def test_rerun_reuses_unchanged_stages(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "e"
+    export_model(ExportRequest(llama, out, layers="0:1,1:4", weights="fp32"))
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("stage_*")}
+    messages: list[str] = []
+    export_model(
+        ExportRequest(llama, out, layers="0:1,1:2,2:4", weights="fp32"),
+        progress=lambda p: messages.append(p.message),
+    )
+    assert any("layers 0:1 of 4" in m and "reused" in m for m in messages)
+    assert sum("reused" in m for m in messages) == 1
+    after = {p.name: p.stat().st_mtime_ns for p in out.glob("stage_*")}
+    assert after["stage_0-1.xml"] == before["stage_0-1.xml"]
+    assert "stage_1-4.xml" not in after  # files of the old split are gone
+    assert set(after) == {
+        f"stage_{r}.{ext}" for r in ("0-1", "1-2", "2-4") for ext in ("xml", "bin")
+    }
+
+
+def test_interrupted_export_leaves_nothing_that_looks_valid_and_resumes(
+    llama: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "e"
+
+    def interrupt_after_first_stage(progress: ExportProgress) -> None:
+        if progress.step == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_model(
+            ExportRequest(llama, out, stages=2, weights="fp32"),
+            progress=interrupt_after_first_stage,
+        )
+    assert not out.exists()
+    partial = tmp_path / ".e.partial"
+    assert partial.is_dir() and not (partial / MANIFEST_NAME).exists()
+
+    messages: list[str] = []
+    export_model(
+        ExportRequest(llama, out, stages=2, weights="fp32"),
+        progress=lambda p: messages.append(p.message),
+    )
+    assert any("layers 0:2" in m and "reused" in m for m in messages)
+    assert read_manifest(out).stages[1].end_layer == 4
+    assert not partial.exists()
+
+
+def test_failed_verification_keeps_the_previous_export(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "e"
+    export_model(ExportRequest(llama, out, stages=1, weights="fp32"))
+    old_manifest = (out / MANIFEST_NAME).read_text()
+
+    def failing_verify(folder: Path) -> None:
+        raise VerificationError("simulated mismatch")
+
+    with pytest.raises(VerificationError):
+        export_model(ExportRequest(llama, out, stages=2, weights="fp32"), verify=failing_verify)
+    assert (out / MANIFEST_NAME).read_text() == old_manifest
+    assert check_files(out, read_manifest(out).stages[0].files) == []
+
+
+def _corrupt_weights(model: Path, tmp_path: Path) -> Path:
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return broken
+
+
+def _with_config(model: Path, tmp_path: Path, **changes: object) -> Path:
+    changed = tmp_path / "changed"
+    shutil.copytree(model, changed)
+    config = json.loads((changed / "config.json").read_text())
+    config.update(changes)
+    (changed / "config.json").write_text(json.dumps(config))
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("case", "kwargs", "error", "message"),
+    [
+        ("missing folder", {}, ModelSourceError, "does not exist"),
+        ("no config", {}, ModelSourceError, "config.json is missing"),
+        ("truncated weights", {}, ModelSourceError, "truncated"),
+        ("unsupported architecture", {}, UnsupportedArchitectureError, "gemma2, llama, mistral"),
+        ("overlap", {"layers": "0:2,1:4"}, ExportError, "overlap"),
+        ("gap", {"layers": "0:1,2:4"}, ExportError, "unassigned"),
+        ("beyond the layers", {"layers": "0:2,2:5"}, ExportError, "exceeds the model's 4"),
+        ("too many stages", {"stages": 5}, ExportError, "use --stages 4 or fewer"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(
+    case: str,
+    kwargs: dict[str, object],
+    error: type[Exception],
+    message: str,
+    llama: Path,
+    tmp_path: Path,
+) -> None:
+    model = llama
+    if case == "missing folder":
+        model = tmp_path / "nope"
+    elif case == "no config":
+        model = tmp_path / "empty"
+        model.mkdir()
+    elif case == "truncated weights":
+        model = _corrupt_weights(llama, tmp_path)
+    elif case == "unsupported architecture":
+        model = _with_config(llama, tmp_path, model_type="gpt_bigcode")
+    out = tmp_path / "out"
+    with pytest.raises(error, match=message):
+        export_model(ExportRequest(model, out, weights="fp32", **kwargs))  # type: ignore[arg-type]
+    assert not out.exists()
+    assert not (tmp_path / ".out.partial").exists() or not any(
+        (tmp_path / ".out.partial").iterdir()
+    )
+
+
+def test_not_enough_disk_space(
+    llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetgui.export import exporter
+
+    class Usage:
+        free = 1000
+
+    monkeypatch.setattr(exporter.shutil, "disk_usage", lambda _: Usage())
+    with pytest.raises(ExportError, match=r"not enough disk space.*int4 is smallest"):
+        export_model(ExportRequest(llama, tmp_path / "out", weights="fp32"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_to_overwrite_a_folder_that_is_not_an_export(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(ExportError, match="not a fleetgui export"):
+        export_model(ExportRequest(llama, out, weights="fp32"))
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_int4_chain_matches_the_int4_monolithic_export(llama: Path, tmp_path: Path) -> None:
+    stages = tmp_path / "int4-2s"
+    mono = tmp_path / "int4-mono"
+    export_model(ExportRequest(llama, stages, stages=2, weights="int4"))
+    export_model(ExportRequest(llama, mono, monolithic=True, weights="int4"))
+    report = verify_export(stages, llama, decode_steps=16, monolithic_dir=mono)
+    for result in report.results:
+        assert result.monolithic_tokens_match
+        assert result.monolithic_max_diff is not None and result.monolithic_max_diff < 1e-3
+    assert report.passed
+
+
+def test_monolithic_export_loads_in_openvino_genai(llama: Path, tmp_path: Path) -> None:
+    import openvino_genai
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    mono = tmp_path / "mono"
+    export_model(ExportRequest(llama, mono, monolithic=True, weights="fp32"))
+    assert read_manifest(mono).layout == "monolithic"
+    pipe = openvino_genai.LLMPipeline(str(mono), "CPU", **EXACT_CONFIG)
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens = 12
+    config.min_new_tokens = 12
+    config.do_sample = False
+    prompt = "def main():"
+    text = pipe.generate(prompt, config)
+
+    tokenizer = AutoTokenizer.from_pretrained(llama)
+    model = AutoModelForCausalLM.from_pretrained(llama)
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    expected = model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    assert text == tokenizer.decode(expected[0, ids.shape[1] :], skip_special_tokens=True)
+
+    chain = StageChain.load(mono, config=EXACT_CONFIG)
+    step = chain.forward(ids[0].tolist())
+    assert int(np.argmax(step.logits[0, -1])) == int(expected[0, ids.shape[1]])

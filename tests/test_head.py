@@ -1,0 +1,649 @@
+"""The last stage's head: logits to probabilities, sampling, and speculative verification.
+
+The statistical tests simulate many speculative rounds with fixed seeds (so they are
+deterministic) and check with chi-square tests that speculative sampling emits tokens with the
+target's distribution; negative controls show the same tests reject subtly wrong verifiers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fleetgui.runtime.head import (
+    SamplingParams,
+    SparseDist,
+    probabilities,
+    sample,
+    uniforms_for_round,
+    verify_greedy,
+    verify_sampling,
+)
+
+# --------------------------------------------------------------------------------------------
+# SamplingParams
+
+
+def test_sampling_params_defaults_are_greedy() -> None:
+    params = SamplingParams()
+    assert params.greedy
+    assert not SamplingParams(temperature=0.7).greedy
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.1}, r"temperature must be a finite number >= 0"),
+        ({"temperature": float("nan")}, r"temperature must be a finite number >= 0"),
+        ({"temperature": float("inf")}, r"temperature must be a finite number >= 0"),
+        ({"top_k": -1}, r"top_k must be >= 0"),
+        ({"top_k": 2.5}, r"top_k must be an integer"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"top_p": -0.2}, r"top_p must be in \(0, 1\]"),
+        ({"top_p": float("nan")}, r"top_p must be in \(0, 1\]"),
+        ({"seed": -3}, r"seed must be a non-negative integer"),
+    ],
+)
+def test_invalid_sampling_params_raise_clear_errors(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_validate_catches_values_set_behind_the_constructor() -> None:
+    params = SamplingParams(temperature=1.0)
+    object.__setattr__(params, "top_p", 0.0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        params.validate()
+    with pytest.raises(ValueError, match=r"top_p"):
+        probabilities(np.zeros(4, dtype=np.float32), params)
+
+
+def test_make_rng_is_seeded() -> None:
+    a = SamplingParams(temperature=1.0, seed=7).make_rng().random(3)
+    b = SamplingParams(temperature=1.0, seed=7).make_rng().random(3)
+    np.testing.assert_array_equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------
+# probabilities
+
+
+def test_temperature_scaling_matches_hand_computation() -> None:
+    logits = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    weights = np.exp(np.array([0.5, 1.0, 1.5]))  # logits / 2
+    expected = weights / weights.sum()
+    got = probabilities(logits, SamplingParams(temperature=2.0))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # Low temperature sharpens, high temperature flattens.
+    cold = probabilities(logits, SamplingParams(temperature=0.25))
+    hot = probabilities(logits, SamplingParams(temperature=8.0))
+    assert cold[2] > got[2] > hot[2] > 1 / 3
+
+
+def test_softmax_is_numerically_safe() -> None:
+    logits = np.array([1e4, 1e4 - 1.0, -1e4, -np.inf], dtype=np.float32)
+    got = probabilities(logits, SamplingParams(temperature=1.0))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got[:2], [1 / (1 + np.e**-1), np.e**-1 / (1 + np.e**-1)])
+    assert got[3] == 0.0
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [[1.0, np.nan, 0.0], [1.0, np.inf, 0.0], [-np.inf, -np.inf]],
+)
+def test_bad_logits_raise(logits: list[float]) -> None:
+    with pytest.raises(ValueError, match="logits"):
+        probabilities(np.array(logits, dtype=np.float32), SamplingParams(temperature=1.0))
+
+
+def test_top_k_keeps_exactly_k_with_ties_broken_by_id() -> None:
+    logits = np.array([1.0, 3.0, 3.0, 2.0, 3.0], dtype=np.float32)
+    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=2))
+    # Three tokens tie for the top; the two lowest ids win and share the mass equally.
+    np.testing.assert_allclose(got, [0.0, 0.5, 0.5, 0.0, 0.0])
+    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=4))
+    assert np.count_nonzero(got) == 4 and got[0] == 0.0
+    w = np.exp([3.0, 3.0, 2.0, 3.0])
+    np.testing.assert_allclose(got[1:], w / w.sum(), rtol=1e-12)
+    # top_k >= V is no cut.
+    full = probabilities(logits, SamplingParams(temperature=1.0, top_k=9))
+    assert np.count_nonzero(full) == 5
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [
+        (0.39, {1}),
+        (0.4, {1}),  # exactly the top token's mass: the top token alone reaches it
+        (0.41, {1, 3}),
+        (0.7, {1, 3}),  # exactly 0.4 + 0.3: an off-by-one ("mass before < p") keeps 3 tokens
+        (0.71, {1, 3, 2}),
+        (0.9, {1, 3, 2}),
+        (0.91, {0, 1, 2, 3}),
+        (1.0, {0, 1, 2, 3}),
+    ],
+)
+def test_top_p_keeps_the_minimal_nucleus(top_p: float, kept: set[int]) -> None:
+    target = np.array([0.1, 0.4, 0.2, 0.3])
+    logits = np.log(target).astype(np.float64)
+    got = probabilities(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    assert set(np.flatnonzero(got).tolist()) == kept
+    ids = sorted(kept)
+    np.testing.assert_allclose(got[ids], target[ids] / target[ids].sum(), rtol=1e-9)
+
+
+def test_top_p_ties_broken_by_id_and_at_least_one_token() -> None:
+    logits = np.array([2.0, 1.0, 2.0, 2.0], dtype=np.float32)  # three ~0.30 and one ~0.11
+    got = probabilities(logits, SamplingParams(temperature=1.0, top_p=0.5))
+    np.testing.assert_allclose(got, [0.5, 0.0, 0.5, 0.0])
+    tiny = probabilities(logits, SamplingParams(temperature=1.0, top_p=1e-9))
+    np.testing.assert_array_equal(tiny, [1.0, 0.0, 0.0, 0.0])
+
+
+def test_top_p_applies_to_the_renormalised_top_k_distribution() -> None:
+    logits = np.log([0.5, 0.3, 0.2])
+    # After top-k=2 the distribution is [0.625, 0.375]: top_p=0.6 keeps the first token only
+    # (on the un-renormalised distribution 0.5 < 0.6 would keep two).
+    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=2, top_p=0.6))
+    np.testing.assert_array_equal(got, [1.0, 0.0, 0.0])
+
+
+def test_top_p_on_a_large_vocabulary_matches_a_full_sort() -> None:
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(50_000) * 2).astype(np.float32)
+    logits[rng.integers(0, 50_000, 500)] = 4.0  # many exact ties
+    for temperature, top_p in [(0.7, 0.5), (1.0, 0.9), (3.0, 0.97)]:
+        got = probabilities(logits, SamplingParams(temperature=temperature, top_p=top_p))
+        full = probabilities(logits, SamplingParams(temperature=temperature))
+        order = np.argsort(-full, kind="stable")
+        mass_before = np.concatenate([[0.0], np.cumsum(full[order])[:-1]])
+        expected = np.sort(order[mass_before < top_p - 1e-9])
+        np.testing.assert_array_equal(np.flatnonzero(got), expected)
+        np.testing.assert_allclose(got.sum(), 1.0)
+
+
+def test_greedy_is_one_hot_argmax_with_lowest_id_on_ties() -> None:
+    logits = np.array([0.5, 2.0, -1.0, 2.0], dtype=np.float32)
+    for params in [SamplingParams(), SamplingParams(temperature=0.0, top_k=1, top_p=0.3)]:
+        np.testing.assert_array_equal(probabilities(logits, params), [0.0, 1.0, 0.0, 0.0])
+
+
+def test_rows_are_handled_independently() -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((5, 40)).astype(np.float32)
+    rows[3] = 0.0  # a flat row: every cut is decided by ids
+    for params in [
+        SamplingParams(),
+        SamplingParams(temperature=0.8),
+        SamplingParams(temperature=1.3, top_k=7),
+        SamplingParams(temperature=1.0, top_p=0.6),
+        SamplingParams(temperature=0.9, top_k=10, top_p=0.8),
+    ]:
+        batch = probabilities(rows, params)
+        assert batch.shape == rows.shape
+        for i in range(rows.shape[0]):
+            np.testing.assert_array_equal(batch[i], probabilities(rows[i], params))
+        np.testing.assert_allclose(batch.sum(axis=1), 1.0)
+        # Deterministic: the same input gives bit-identical output.
+        np.testing.assert_array_equal(batch, probabilities(rows.copy(), params))
+
+
+def test_bad_logits_shape_raises() -> None:
+    with pytest.raises(ValueError, match=r"shape \[V\] or \[N, V\]"):
+        probabilities(np.zeros((2, 3, 4), dtype=np.float32), SamplingParams(temperature=1.0))
+
+
+# --------------------------------------------------------------------------------------------
+# sample
+
+
+def test_sample_is_deterministic_for_fixed_u() -> None:
+    probs = np.array([0.2, 0.5, 0.3])
+    assert [sample(probs, u) for u in (0.0, 0.1999, 0.2, 0.69, 0.7, 0.99)] == [0, 0, 1, 1, 2, 2]
+    assert sample(probs, 0.42) == sample(probs.copy(), 0.42)
+
+
+def test_sample_frequencies_over_a_uniform_grid_match_probs() -> None:
+    probs = np.array([0.1, 0.0, 0.25, 0.05, 0.0, 0.6, 0.0])
+    n = 1000
+    draws = [sample(probs, (j + 0.5) / n) for j in range(n)]
+    freqs = np.bincount(draws, minlength=probs.size) / n
+    assert np.all(np.abs(freqs - probs) <= 1 / n)
+    assert freqs[probs == 0].sum() == 0
+
+
+def test_sample_never_returns_a_zero_probability_token() -> None:
+    top = float(np.nextafter(1.0, 0.0))
+    assert sample(np.array([0.2, 0.8, 0.0, 0.0]), top) == 1
+    assert sample(np.array([0.0, 0.0, 1.0]), 0.0) == 2
+    # float32 probabilities whose sum is not exactly 1, and unnormalised weights.
+    probs32 = np.array([0.1, 0.0, 0.7, 0.2, 0.0], dtype=np.float32)
+    for u in [0.0, 0.5, 0.9999, top, float(np.nextafter(np.float32(1.0), np.float32(0.0)))]:
+        assert probs32[sample(probs32, u)] > 0
+    assert sample(np.array([3.0, 0.0, 1.0, 0.0]), top) == 2
+    assert sample(np.array([3.0, 0.0, 1.0, 0.0]), 0.74) == 0
+    assert sample(np.array([3.0, 0.0, 1.0, 0.0]), 0.76) == 2
+    # Tiny masses next to zeros.
+    probs = np.array([0.0, 1e-300, 0.0, 1.0, 0.0])
+    for u in np.linspace(0.0, top, 101):
+        assert probs[sample(probs, float(u))] > 0
+
+
+@pytest.mark.parametrize("u", [-0.1, 1.0, float("nan")])
+def test_sample_rejects_bad_uniforms(u: float) -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        sample(np.array([0.5, 0.5]), u)
+
+
+@pytest.mark.parametrize("probs", [[0.0, 0.0], [0.5, -0.1, 0.6], [np.nan, 1.0]])
+def test_sample_rejects_bad_probs(probs: list[float]) -> None:
+    with pytest.raises(ValueError, match="probs"):
+        sample(np.array(probs), 0.5)
+
+
+# --------------------------------------------------------------------------------------------
+# SparseDist
+
+
+def test_sparse_dist_round_trips() -> None:
+    dense = np.array([0.0, 0.25, 0.0, 0.5, 0.25, 0.0])
+    for dtype in (np.float32, np.float64):
+        dist = SparseDist.from_dense(dense, dtype=dtype)
+        assert dist.ids.dtype == np.int32 and dist.probs.dtype == dtype
+        np.testing.assert_array_equal(dist.ids, [1, 3, 4])
+        np.testing.assert_array_equal(dist.to_dense(6), dense)
+        np.testing.assert_array_equal(dist.to_dense(10)[6:], 0.0)
+        assert dist.nbytes == 3 * 4 + 3 * np.dtype(dtype).itemsize
+        assert len(dist) == 3
+        assert dist == SparseDist.from_dense(dist.to_dense(6), dtype=dtype)
+    with pytest.raises(ValueError, match="outside a vocabulary"):
+        dist.to_dense(4)
+
+
+def test_sparse_dist_prob_of() -> None:
+    dist = SparseDist.from_dense(np.array([0.0, 0.25, 0.0, 0.5, 0.25]), dtype=np.float64)
+    assert [dist.prob_of(t) for t in range(5)] == [0.0, 0.25, 0.0, 0.5, 0.25]
+    assert dist.prob_of(99) == 0.0
+    assert dist.prob_of(-1) == 0.0
+
+
+def test_sparse_dist_max_support_keeps_the_most_probable() -> None:
+    dense = np.array([0.1, 0.3, 0.1, 0.4, 0.1])
+    dist = SparseDist.from_dense(dense, max_support=3, dtype=np.float64)
+    np.testing.assert_array_equal(dist.ids, [0, 1, 3])  # the 0.1 tie goes to the lowest id
+    np.testing.assert_allclose(dist.probs, [0.125, 0.375, 0.5])
+
+
+def test_sparse_dist_sample_matches_dense_sample() -> None:
+    dist = SparseDist.from_dense(np.array([0.0, 0.25, 0.0, 0.5, 0.25, 0.0]))
+    dense = dist.to_dense(6)
+    for u in np.linspace(0.0, 0.999, 37):
+        assert dist.sample(float(u)) == sample(dense, float(u))
+
+
+@pytest.mark.parametrize(
+    ("ids", "probs", "message"),
+    [
+        ([3, 1], [0.5, 0.5], "strictly increasing"),
+        ([1, 1], [0.5, 0.5], "strictly increasing"),
+        ([1, 2], [0.5], "equal length"),
+        ([1, 2], [0.5, -0.5], "non-negative"),
+        ([1, 2], [0.5, 0.6], "sum to 1"),
+    ],
+)
+def test_sparse_dist_validates(ids: list[int], probs: list[float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SparseDist(np.array(ids, dtype=np.int32), np.array(probs))
+
+
+# --------------------------------------------------------------------------------------------
+# verify_greedy
+
+
+def test_verify_greedy_all_accepted_gives_the_bonus_token() -> None:
+    assert verify_greedy(np.array([5, 6, 7, 8]), [5, 6, 7]) == (3, [5, 6, 7, 8])
+
+
+def test_verify_greedy_first_rejected() -> None:
+    assert verify_greedy(np.array([4, 6, 7, 8]), [5, 6, 7]) == (0, [4])
+
+
+def test_verify_greedy_middle_rejected() -> None:
+    # Positions after the first mismatch are ignored even if they happen to match.
+    assert verify_greedy(np.array([5, 9, 7, 8]), [5, 6, 7]) == (1, [5, 9])
+
+
+def test_verify_greedy_k1_and_k0() -> None:
+    assert verify_greedy(np.array([3, 4]), [3]) == (1, [3, 4])
+    assert verify_greedy(np.array([2, 4]), [3]) == (0, [2])
+    assert verify_greedy(np.array([2]), []) == (0, [2])
+
+
+def test_verify_greedy_checks_lengths() -> None:
+    with pytest.raises(ValueError, match="K \\+ 1"):
+        verify_greedy(np.array([1, 2]), [1, 2])
+
+
+# --------------------------------------------------------------------------------------------
+# verify_sampling: deterministic behaviour
+
+
+def _dists(*rows: Sequence[float]) -> list[SparseDist]:
+    return [SparseDist.from_dense(np.array(r), dtype=np.float64) for r in rows]
+
+
+def test_verify_sampling_accepts_iff_u_below_ratio() -> None:
+    p = np.array([[0.2, 0.6, 0.2], [0.5, 0.25, 0.25]])
+    q = _dists([0.1, 0.3, 0.6])
+    # Draft 2: ratio p/q = 0.2/0.6 = 1/3.
+    assert verify_sampling(p, [2], q, [0.33], 0.0) == (1, [2, 0])  # bonus from p_1 with u=0
+    assert verify_sampling(p, [2], q, [0.34], 0.0)[0] == 0
+    # Draft 1: ratio 2 -> always accepted; the bonus uses u_resample on p_1.
+    assert verify_sampling(p, [1], q, [float(np.nextafter(1.0, 0.0))], 0.6) == (1, [1, 1])
+    assert verify_sampling(p, [1], q, [0.0], 0.8) == (1, [1, 2])
+
+
+def test_verify_sampling_replacement_comes_from_the_residual() -> None:
+    p = np.array([[0.2, 0.6, 0.2], [1 / 3, 1 / 3, 1 / 3]])
+    q = _dists([0.1, 0.3, 0.6])
+    # Residual max(0, p - q) = [0.1, 0.3, 0] -> normalised [0.25, 0.75, 0]: token 2 impossible.
+    for u, expected in [(0.0, 0), (0.24, 0), (0.26, 1), (0.999, 1)]:
+        assert verify_sampling(p, [2], q, [0.9], u) == (0, [expected])
+
+
+def test_verify_sampling_stops_at_the_first_rejection() -> None:
+    p = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
+    q = _dists([0.0, 1.0], [0.0, 1.0])
+    # Draft 0 accepted (ratio 1), draft 1 rejected (p_1(1) = 0): replacement from residual [1, 0].
+    assert verify_sampling(p, [1, 1], q, [0.5, 0.0], 0.9) == (1, [1, 0])
+
+
+def test_verify_sampling_guards_q_zero_and_an_empty_residual() -> None:
+    p = np.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    q = _dists([0.5, 0.5, 0.0])
+    # Token 2 has q = 0 (and p = 0): rejected; residual p - q is all zero (p == q), so the
+    # replacement is sampled from p itself and never is token 2.
+    assert verify_sampling(p, [2], q, [0.0], 0.7) == (0, [1])
+    assert verify_sampling(p, [2], q, [0.0], 0.2) == (0, [0])
+
+
+def test_verify_sampling_rejects_draft_ids_past_the_target_vocabulary() -> None:
+    # The draft's (padded) vocabulary has 5 ids, the target's logits only 3.
+    p = np.array([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    q = [SparseDist.from_dense(np.array([0.25, 0.0, 0.25, 0.0, 0.5]), dtype=np.float64)]
+    # Residual max(0, p - q) over the target's ids = [0.25, 0.5, 0] -> [1/3, 2/3, 0].
+    assert verify_sampling(p, [4], q, [0.0], 0.3) == (0, [0])
+    assert verify_sampling(p, [4], q, [0.0], 0.34) == (0, [1])
+    assert verify_sampling(p, [0], q, [0.99], 0.0) == (1, [0, 0])  # ratio 2: accepted
+
+
+def test_verify_sampling_k0_samples_from_p() -> None:
+    p = np.array([[0.25, 0.75]])
+    assert verify_sampling(p, [], [], [], 0.3) == (0, [1])
+
+
+def test_verify_sampling_checks_its_inputs() -> None:
+    p = np.full((3, 4), 0.25)
+    q = _dists([0.25] * 4, [0.25] * 4)
+    with pytest.raises(ValueError, match=r"\[K \+ 1, V\]"):
+        verify_sampling(p, [1], q[:1], [0.5], 0.5)
+    with pytest.raises(ValueError, match="one draft distribution"):
+        verify_sampling(p, [1, 2], q[:1], [0.5, 0.5], 0.5)
+    with pytest.raises(ValueError, match="negative"):
+        verify_sampling(p, [1, -2], q, [0.5, 0.5], 0.5)
+    with pytest.raises(ValueError, match=r"u_accept\[1\]"):
+        verify_sampling(p, [1, 2], q, [0.5, 1.5], 0.5)
+    with pytest.raises(ValueError, match="u_resample"):
+        verify_sampling(p, [1, 2], q, [0.5, 0.5], -0.5)
+
+
+def test_uniforms_for_round_fixed_order() -> None:
+    u_accept, u_resample = uniforms_for_round(np.random.default_rng(11), 3)
+    reference = np.random.default_rng(11).random(4)
+    np.testing.assert_array_equal(u_accept, reference[:3])
+    assert u_resample == reference[3]
+    assert np.all((u_accept >= 0) & (u_accept < 1))
+    empty, only = uniforms_for_round(np.random.default_rng(11), 0)
+    assert empty.shape == (0,) and only == reference[0]
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        uniforms_for_round(np.random.default_rng(0), -1)
+
+
+# --------------------------------------------------------------------------------------------
+# verify_sampling: statistical tests
+
+VOCAB = 8
+K = 3
+ROUNDS = 20_000
+P_OK = 1e-3  # a correct verifier must not be rejected at this level (fixed seeds: deterministic)
+P_WRONG = 1e-6  # a wrong verifier must be rejected at this level on the same data size
+
+Verifier = Callable[
+    [np.ndarray, Sequence[int], Sequence[SparseDist], Sequence[float], float], tuple[int, list[int]]
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    """Per-position target rows ``p`` [K+1, V] and draft distributions ``q`` (K of them)."""
+
+    p: np.ndarray
+    q: tuple[SparseDist, ...]
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+@functools.cache
+def _case(name: str) -> Case:
+    rng = np.random.default_rng(
+        {"random": 1, "far": 2, "equal": 3, "q_top3": 4, "p_zeros": 5}[name]
+    )
+    p = rng.dirichlet(np.ones(VOCAB), size=K + 1)
+    if name == "random":
+        q = rng.dirichlet(np.ones(VOCAB), size=K)
+    elif name == "far":  # the draft bets on what the target finds least likely
+        q = np.full((K, VOCAB), 0.05 / VOCAB)
+        q[np.arange(K), p[:K].argmin(axis=1)] += 0.95
+    elif name == "equal":  # a perfect draft: everything is accepted
+        q = p[:K].copy()
+    elif name == "q_top3":  # a top-3 draft: the target has mass the draft can never propose
+        q = rng.dirichlet(np.ones(VOCAB), size=K)
+        for row in q:
+            row[np.argsort(-row, kind="stable")[3:]] = 0.0
+        q = _normalise(q)
+    else:  # "p_zeros": a top-k target; the draft often proposes impossible tokens
+        p[:, :3] = 0.0
+        p = _normalise(p)
+        q = rng.dirichlet(np.ones(VOCAB), size=K)
+    dtype = np.float32 if name == "q_top3" else np.float64  # float32 is what travels on the wire
+    dists = tuple(SparseDist.from_dense(row, dtype=dtype) for row in q)
+    if name == "equal":
+        # The verifier must see q == p exactly, as when the draft is the target itself.
+        p[:K] = np.stack([d.to_dense(VOCAB) for d in dists])
+    return Case(p, dists)
+
+
+CASES = ["random", "far", "equal", "q_top3", "p_zeros"]
+
+
+def _wrong_accept_if_possible(
+    p: np.ndarray,
+    drafts: Sequence[int],
+    dists: Sequence[SparseDist],
+    u_accept: Sequence[float],
+    u_resample: float,
+) -> tuple[int, list[int]]:
+    """Broken on purpose: accepts any draft the target deems possible (ignores p/q)."""
+    out: list[int] = []
+    for i, token in enumerate(drafts):
+        if p[i, token] > 0:
+            out.append(int(token))
+            continue
+        residual = np.maximum(p[i] - dists[i].to_dense(p.shape[1]), 0.0)
+        return i, [*out, sample(residual if residual.sum() > 0 else p[i], u_resample)]
+    return len(drafts), [*out, sample(p[len(drafts)], u_resample)]
+
+
+def _wrong_resample_from_p(
+    p: np.ndarray,
+    drafts: Sequence[int],
+    dists: Sequence[SparseDist],
+    u_accept: Sequence[float],
+    u_resample: float,
+) -> tuple[int, list[int]]:
+    """Broken on purpose, subtly: correct acceptance, but resamples from p, not the residual."""
+    out: list[int] = []
+    for i, token in enumerate(drafts):
+        q_token = dists[i].prob_of(int(token))
+        if q_token > 0 and u_accept[i] < min(1.0, p[i, token] / q_token):
+            out.append(int(token))
+            continue
+        return i, [*out, sample(p[i], u_resample)]
+    return len(drafts), [*out, sample(p[len(drafts)], u_resample)]
+
+
+def _wrong_reuse_accept_uniform(
+    p: np.ndarray,
+    drafts: Sequence[int],
+    dists: Sequence[SparseDist],
+    u_accept: Sequence[float],
+    u_resample: float,
+) -> tuple[int, list[int]]:
+    """Broken on purpose, subtly: on rejection, resamples with the rejecting accept uniform
+    (which is then known to be >= p/q) instead of an independent one."""
+    out: list[int] = []
+    for i, token in enumerate(drafts):
+        q_token = dists[i].prob_of(int(token))
+        if q_token > 0 and u_accept[i] < min(1.0, p[i, token] / q_token):
+            out.append(int(token))
+            continue
+        residual = np.maximum(p[i] - dists[i].to_dense(p.shape[1]), 0.0)
+        return i, [*out, sample(residual if residual.sum() > 0 else p[i], u_accept[i])]
+    return len(drafts), [*out, sample(p[len(drafts)], u_resample)]
+
+
+VERIFIERS: dict[str, Verifier] = {
+    "real": verify_sampling,
+    "accept_if_possible": _wrong_accept_if_possible,
+    "resample_from_p": _wrong_resample_from_p,
+    "reuse_accept_uniform": _wrong_reuse_accept_uniform,
+}
+
+
+@dataclass(frozen=True)
+class Rounds:
+    accepted: np.ndarray  # [ROUNDS] drafts accepted per round
+    tokens: np.ndarray  # [ROUNDS, K + 1] emitted tokens, -1 past the end
+
+
+@functools.cache
+def _simulate(case_name: str, verifier_name: str) -> Rounds:
+    """ROUNDS speculative rounds: drafts sampled from q, uniforms from a seeded stream."""
+    case = _case(case_name)
+    verifier = VERIFIERS[verifier_name]
+    rng = np.random.default_rng(12345)
+    # The draft samples each of its K tokens from its SparseDist (vectorised SparseDist.sample).
+    u_draft = rng.random((ROUNDS, K))
+    drafts = np.empty((ROUNDS, K), dtype=np.int64)
+    for i, dist in enumerate(case.q):
+        cdf = np.cumsum(dist.probs, dtype=np.float64)
+        drafts[:, i] = dist.ids[np.searchsorted(cdf, u_draft[:, i] * cdf[-1], side="right")]
+    assert dist.sample(float(u_draft[0, -1])) == drafts[0, -1]
+    accepted = np.empty(ROUNDS, dtype=np.int64)
+    tokens = np.full((ROUNDS, K + 1), -1, dtype=np.int64)
+    for r in range(ROUNDS):
+        u_accept, u_resample = uniforms_for_round(rng, K)
+        row = drafts[r].tolist()
+        n, new = verifier(case.p, row, case.q, u_accept.tolist(), u_resample)
+        assert len(new) == n + 1 and new[:n] == row[:n]
+        accepted[r] = n
+        tokens[r, : n + 1] = new
+    return Rounds(accepted, tokens)
+
+
+def _goodness_of_fit(observed: np.ndarray, p: np.ndarray) -> float:
+    """Chi-square p-value of ``observed`` token ids against ``p``; impossible tokens must be
+    absent."""
+    counts = np.bincount(observed, minlength=p.size)
+    assert counts[p == 0].sum() == 0, "a zero-probability token was emitted"
+    support = p > 0
+    expected = p[support] / p[support].sum() * counts.sum()
+    observed_counts = counts[support]
+    small = expected < 5  # pool rare tokens into one bin so the chi-square approximation holds
+    if small.any():
+        expected = np.append(expected[~small], expected[small].sum())
+        observed_counts = np.append(observed_counts[~small], observed_counts[small].sum())
+    if expected.size == 1:
+        return 1.0
+    return float(stats.chisquare(observed_counts, expected).pvalue)
+
+
+def _alpha(p_row: np.ndarray, dist: SparseDist) -> float:
+    return float(np.minimum(p_row, dist.to_dense(p_row.size)).sum())
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_first_token_has_the_target_distribution(case_name: str) -> None:
+    case, rounds = _case(case_name), _simulate(case_name, "real")
+    pvalue = _goodness_of_fit(rounds.tokens[:, 0], case.p[0])
+    assert pvalue > P_OK, f"{case_name}: first token p-value {pvalue:.3g}"
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_later_tokens_given_accepted_prefix_have_the_target_distribution(case_name: str) -> None:
+    """Token j, given that drafts 0..j-1 were accepted, is distributed as p_j (j = K: bonus)."""
+    case, rounds = _case(case_name), _simulate(case_name, "real")
+    tested = 0
+    for j in range(1, K + 1):
+        given = rounds.accepted >= j
+        if j > 1 and given.sum() < 500:  # too few rounds get this deep for a chi-square test
+            continue
+        pvalue = _goodness_of_fit(rounds.tokens[given, j], case.p[j])
+        assert pvalue > P_OK, f"{case_name}: token {j} p-value {pvalue:.3g}"
+        tested += 1
+    assert tested >= 1  # j = 1 is always tested
+
+
+@pytest.mark.parametrize("case_name", CASES)
+def test_acceptance_rate_is_leviathan_alpha(case_name: str) -> None:
+    case, rounds = _case(case_name), _simulate(case_name, "real")
+    for i in range(K):
+        reached = rounds.accepted >= i
+        trials = int(reached.sum())
+        if trials < 500:
+            continue
+        successes = int((rounds.accepted[reached] > i).sum())
+        alpha = min(1.0, _alpha(case.p[i], case.q[i]))
+        if alpha >= 1.0 - 1e-12:
+            assert successes == trials
+            continue
+        pvalue = stats.binomtest(successes, trials, alpha).pvalue
+        assert pvalue > P_OK, f"{case_name} position {i}: {successes}/{trials} vs alpha={alpha:.4f}"
+
+
+def test_cases_cover_low_and_full_acceptance() -> None:
+    far = _case("far")
+    assert all(_alpha(far.p[i], far.q[i]) < 0.1 for i in range(K))
+    equal = _case("equal")
+    assert all(_alpha(equal.p[i], equal.q[i]) > 1 - 1e-9 for i in range(K))
+    assert np.all(_simulate("equal", "real").accepted == K)
+
+
+@pytest.mark.parametrize(
+    "verifier_name", ["accept_if_possible", "resample_from_p", "reuse_accept_uniform"]
+)
+def test_negative_control_wrong_verifiers_are_detected(verifier_name: str) -> None:
+    """The goodness-of-fit test has power: broken verifiers fail it on the same data size."""
+    case, rounds = _case("far"), _simulate("far", verifier_name)
+    pvalue = _goodness_of_fit(rounds.tokens[:, 0], case.p[0])
+    assert pvalue < P_WRONG, f"{verifier_name}: p-value {pvalue:.3g} should be tiny"
