@@ -1,0 +1,234 @@
+"""Pipeline API behaviour beyond greedy exactness: sampling, errors, metrics, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_support import export, perturbed_copy, pipeline
+from scipy.stats import chi2_contingency
+
+from fleetgui.runtime.head import SamplingParams
+from fleetgui.runtime.metrics import RequestFinished, SpeculationRound, StageTiming
+from fleetgui.runtime.pipeline import GenerationError, GenerationOptions
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("api")
+    model = tiny_models("llama")
+    draft = perturbed_copy(model, work / "draft", scale=0.05)
+    return {
+        "model": model,
+        "2s": export(model, work / "2s", stages=2),
+        "draft": export(draft, work / "draft-1s", stages=1),
+    }
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_same_seed_same_text_and_other_seed_differs(exports: dict) -> None:
+    async def main() -> list[list[int]]:
+        pipe = pipeline(exports["2s"], draft=exports["draft"])
+        out = []
+        try:
+            for seed, speculative in (
+                (11, False),
+                (11, False),
+                (12, False),
+                (11, True),
+                (11, True),
+            ):
+                params = SamplingParams(temperature=1.0, top_p=0.95, seed=seed)
+                options = GenerationOptions(
+                    max_new_tokens=24, sampling=params, speculative=speculative, k=3
+                )
+                out.append((await pipe.complete("Once upon a time", options)).token_ids)
+        finally:
+            await pipe.close()
+        return out
+
+    plain_a, plain_b, plain_other, spec_a, spec_b = run(main())
+    assert plain_a == plain_b
+    assert plain_a != plain_other
+    assert spec_a == spec_b
+
+
+def test_speculative_sampling_keeps_the_target_distribution(exports: dict) -> None:
+    """The first two sampled tokens' joint distribution is the same with and without the draft
+    (two-sample chi-square on many seeds); a draft that is nothing like the target is rejected
+    often but must not bias the output."""
+    n = 300
+    params = {"temperature": 0.8, "top_k": 3}
+
+    async def main() -> tuple[Counter[tuple[int, ...]], Counter[tuple[int, ...]], float]:
+        pipe = pipeline(exports["2s"], draft=exports["draft"])
+        plain: Counter[tuple[int, ...]] = Counter()
+        spec: Counter[tuple[int, ...]] = Counter()
+        accepted = []
+        try:
+            for seed in range(n):
+                for speculative, counter in ((False, plain), (True, spec)):
+                    options = GenerationOptions(
+                        max_new_tokens=3,
+                        sampling=SamplingParams(seed=seed, **params),  # type: ignore[arg-type]
+                        speculative=speculative,
+                        k=2,
+                    )
+                    result = await pipe.complete("The harbour", options)
+                    counter[tuple(result.token_ids[:3])] += 1
+                    if speculative and result.acceptance_rate is not None:
+                        accepted.append(result.acceptance_rate)
+        finally:
+            await pipe.close()
+        return plain, spec, sum(accepted) / len(accepted)
+
+    plain, spec, acceptance = run(main())
+    keys = [k for k in set(plain) | set(spec) if plain[k] + spec[k] >= 10]
+    other_plain = n - sum(plain[k] for k in keys)
+    other_spec = n - sum(spec[k] for k in keys)
+    table = [[plain[k] for k in keys] + [other_plain], [spec[k] for k in keys] + [other_spec]]
+    _, p_value, _, _ = chi2_contingency(table)
+    assert p_value > 1e-3, (p_value, table)
+    assert 0.05 < acceptance < 0.95, acceptance  # both accept and reject paths ran
+
+
+@pytest.mark.parametrize(
+    ("prompt", "options", "message"),
+    [
+        ("", GenerationOptions(), "prompt is empty"),
+        ("   ", GenerationOptions(), "prompt is empty"),
+        ("x " * 200, GenerationOptions(), "shorten it"),
+        ("hello", GenerationOptions(speculative=True, k=17), "between 1 and 16"),
+        ("hello", GenerationOptions(speculative=True, k=0), "between 1 and 16"),
+        ("hello", GenerationOptions(max_new_tokens=0), "at least 1"),
+    ],
+)
+def test_bad_requests_are_clear_errors(
+    exports: dict, prompt: str, options: GenerationOptions, message: str
+) -> None:
+    async def main() -> None:
+        pipe = pipeline(exports["2s"], draft=exports["draft"], context_limit=64)
+        try:
+            with pytest.raises(GenerationError, match=message):
+                await pipe.complete(prompt, options)
+            # the pipeline still serves after a refused request
+            ok = await pipe.complete("hello", GenerationOptions(max_new_tokens=4))
+            assert len(ok.token_ids) == 4
+        finally:
+            await pipe.close()
+
+    run(main())
+
+
+def test_speculative_without_draft_is_refused(exports: dict) -> None:
+    async def main() -> None:
+        pipe = pipeline(exports["2s"])
+        try:
+            with pytest.raises(GenerationError, match="needs a draft model"):
+                await pipe.complete("hi", GenerationOptions(speculative=True))
+        finally:
+            await pipe.close()
+
+    run(main())
+
+
+def test_draft_with_another_vocabulary_is_refused(exports: dict, tmp_path: Path) -> None:
+    import shutil
+
+    from fleetgui.errors import FleetguiError
+
+    draft = tmp_path / "draft"
+    shutil.copytree(exports["draft"], draft)
+    tokenizer_json = draft / "tokenizer" / "tokenizer.json"
+    data = json.loads(tokenizer_json.read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab)[10:12]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    tokenizer_json.write_text(json.dumps(data))
+    with pytest.raises(FleetguiError, match="different tokenizer or vocabulary"):
+        pipeline(exports["2s"], draft=draft)
+
+
+def test_metrics_events_are_emitted(exports: dict) -> None:
+    events: list[object] = []
+
+    async def main() -> None:
+        pipe = pipeline(exports["2s"], draft=exports["draft"])
+        pipe.metrics.subscribe(events.append)
+        try:
+            await pipe.complete("def f(x):", GenerationOptions(max_new_tokens=12, speculative=True))
+        finally:
+            await pipe.close()
+
+    run(main())
+    stages = {e.stage for e in events if isinstance(e, StageTiming)}
+    assert stages == {0, 1}
+    rounds = [e for e in events if isinstance(e, SpeculationRound)]
+    assert rounds and all(1 <= r.k <= 16 and 0 <= r.accepted <= r.k for r in rounds)
+    finished = [e for e in events if isinstance(e, RequestFinished)]
+    assert len(finished) == 1 and finished[0].new_tokens == 12
+    assert finished[0].ttft_ms > 0 and finished[0].acceptance_rate is not None
+
+
+def test_generate_cli_json(exports: dict) -> None:
+    env = {**os.environ, "FLEETGUI_HOME": str(exports["2s"].parent / "home")}
+    command = [
+        sys.executable,
+        "-m",
+        "fleetgui",
+        "--log-level",
+        "warning",
+        "generate",
+        str(exports["2s"]),
+        "--prompt",
+        "def f(x):",
+        "--prompt",
+        "Once upon",
+        "--max-new-tokens",
+        "10",
+        "--mode",
+        "pp+sd+mb",
+        "--draft",
+        str(exports["draft"]),
+        "--k",
+        "auto",
+        "--precision",
+        "f32",
+        "--json",
+    ]
+    result = subprocess.run(
+        command, check=False, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 3
+    for record, prompt in zip(lines[:2], ("def f(x):", "Once upon"), strict=True):
+        assert record["prompt"] == prompt
+        assert len(record["token_ids"]) == 10
+        assert isinstance(record["text"], str)
+        assert record["ttft_ms"] > 0 and record["tokens_per_s"] > 0
+        assert 0 <= record["acceptance_rate"] <= 1
+    assert lines[2]["aggregate"] is True and lines[2]["tokens_per_s"] > 0
+
+    bad = subprocess.run(
+        [*command[:-1], "--k", "99"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert bad.returncode == 1
+    assert "between 1 and 16" in bad.stderr and "Traceback" not in bad.stderr
