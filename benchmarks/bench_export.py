@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
@@ -34,9 +35,8 @@ def python_loop_tok_s(export: Path, threads: int, n_tokens: int, prompt_ids: lis
 
     manifest = read_manifest(export)
     core = ov.Core()
-    compiled = core.compile_model(
-        export / manifest.stages[0].model_file, "CPU", {"INFERENCE_NUM_THREADS": threads}
-    )
+    props = {"INFERENCE_NUM_THREADS": threads} if threads else {}
+    compiled = core.compile_model(export / manifest.stages[0].model_file, "CPU", props)
     request = compiled.create_infer_request()
     names = {p.get_any_name() for p in compiled.inputs}
     total = len(prompt_ids) + n_tokens
@@ -67,7 +67,7 @@ def python_loop_tok_s(export: Path, threads: int, n_tokens: int, prompt_ids: lis
 def genai_tok_s(mono: Path, threads: int, n_tokens: int, backend: str | None) -> float:
     import openvino_genai
 
-    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads}
+    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads} if threads else {}
     if backend:
         props["ATTENTION_BACKEND"] = backend
     pipe = openvino_genai.LLMPipeline(str(mono), "CPU", **props)
@@ -81,18 +81,29 @@ def genai_tok_s(mono: Path, threads: int, n_tokens: int, backend: str | None) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="OpenVINO threads (0: one per allowed core)"
+    )
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=1,
+        help="pin the benchmark to this core, like one fleet PC (-1: no pinning). OpenVINO "
+        "2026.4 crashed (SIGFPE) here with INFERENCE_NUM_THREADS=1 on fp16 weights unpinned",
+    )
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--weights", nargs="+", default=["fp16", "int4"])
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.cpu >= 0:
+        os.sched_setaffinity(0, {args.cpu})
     from transformers import AutoTokenizer
 
     model = bench_llama()
     prompt_ids = list(AutoTokenizer.from_pretrained(model)(PROMPT)["input_ids"])
     rows: list[tuple[str, str]] = []
-    figures: dict[str, Any] = {"threads": args.threads, "tokens": args.tokens}
+    figures: dict[str, Any] = {"threads": args.threads, "cpu": args.cpu, "tokens": args.tokens}
     for weights in args.weights:
         stage = ensure_export(model, f"bench-1stage-{weights}", stages=1, weights=weights)
         no_gather = ensure_export(
@@ -127,7 +138,8 @@ def main() -> None:
         figures[weights] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
         figures[weights]["ratio_vs_genai"] = round(med["loop"] / best_genai, 4)
     print_figures(
-        f"export benchmark: bench Llama, {args.threads} thread(s), {args.tokens} new tokens, "
+        f"export benchmark: bench Llama, pinned to cpu {args.cpu}, threads {args.threads or 'auto'}, "
+        f"{args.tokens} new tokens, "
         f"median of {args.repeats}",
         rows,
         figures,

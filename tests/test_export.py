@@ -239,7 +239,17 @@ def test_monolithic_export_loads_in_openvino_genai(llama: Path, tmp_path: Path) 
 
     mono = tmp_path / "mono"
     export_model(ExportRequest(llama, mono, monolithic=True, weights="fp32"))
-    assert read_manifest(mono).layout == "monolithic"
+    messages: list[str] = []  # a second run reuses the model and keeps the tokenizer files
+    export_model(
+        ExportRequest(llama, mono, monolithic=True, weights="fp32"),
+        progress=lambda p: messages.append(p.message),
+    )
+    assert any("reused" in m for m in messages)
+    manifest = read_manifest(mono)
+    assert manifest.layout == "monolithic"
+    assert {"openvino_tokenizer.xml", "openvino_detokenizer.xml", "config.json"} <= {
+        f.path for f in manifest.tokenizer_files
+    }
     pipe = openvino_genai.LLMPipeline(str(mono), "CPU", **EXACT_CONFIG)
     config = openvino_genai.GenerationConfig()
     config.max_new_tokens = 12

@@ -196,6 +196,20 @@ def _build_stage(
     return entry
 
 
+def _bring_previous_tokenizer(out: Path, partial: Path) -> None:
+    """A monolithic model reused from the previous export comes without the tokenizer files
+    optimum wrote beside it: take those of the previous export too."""
+    if (partial / "openvino_tokenizer.xml").is_file() or not (out / MANIFEST_NAME).is_file():
+        return
+    try:
+        previous = read_manifest(out)
+    except ManifestError:
+        return
+    for entry in previous.tokenizer_files:
+        if not check_files(out, (entry,)):
+            link_or_copy(out / entry.path, partial / entry.path)
+
+
 def _drop_unlisted_files(folder: Path, manifest: Manifest) -> None:
     """Remove build markers and files of earlier runs that the manifest does not list."""
     listed = {f.path for f in manifest.tokenizer_files}
@@ -267,6 +281,7 @@ def export_model(
 
     report("tokenizer: copying and converting to OpenVINO")
     if request.monolithic:  # optimum wrote them next to the model, where openvino_genai looks
+        _bring_previous_tokenizer(out, partial)
         model_files = {f.path for f in entries[0].files}
         tokenizer_files = [
             p

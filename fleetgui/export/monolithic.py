@@ -20,6 +20,7 @@ from fleetgui.errors import FleetguiError
 from fleetgui.export.compression import compress_weights, save_compressed
 from fleetgui.export.manifest import FileEntry, StageEntry
 from fleetgui.export.model_source import ModelSource
+from fleetgui.export.stage_export import quiet_openvino_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,15 @@ def export_monolithic(source: ModelSource, out_dir: Path, weights: str, key: str
 
     with tempfile.TemporaryDirectory(prefix=".optimum-", dir=out_dir) as tmp:
         try:
-            main_export(
-                str(source.path),
-                tmp,
-                task="text-generation-with-past",
-                local_files_only=True,
-                ov_config=OVConfig(dtype="fp32"),
-                convert_tokenizer=True,
-            )
+            with quiet_openvino_telemetry():
+                main_export(
+                    str(source.path),
+                    tmp,
+                    task="text-generation-with-past",
+                    local_files_only=True,
+                    ov_config=OVConfig(dtype="fp32"),
+                    convert_tokenizer=True,
+                )
         except ValueError as exc:  # e.g. an architecture capped below this transformers
             raise FleetguiError(
                 f"optimum-intel cannot export this {source.model_type} model as one piece: "

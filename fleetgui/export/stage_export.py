@@ -50,10 +50,10 @@ _TELEMETRY_METHODS = (
 def quiet_openvino_telemetry() -> Iterator[None]:
     """Silence openvino-telemetry while converting, unless ``FLEETGUI_OV_TELEMETRY=1``.
 
-    Without a consent file, ``ov.convert_model`` sends about a dozen telemetry events per call and
-    on Linux each one forks the whole (torch-laden, possibly many-GB) Python process to try an
-    HTTP request. Measured on 2 cores: 4 tiny stage conversions took 39 s wall and 12 s of child
-    CPU with it, 11 s and none without. The patch is undone on exit.
+    Without an opt-out consent file, ``ov.convert_model`` sends telemetry events, and on Linux
+    each one forks the whole (torch-laden, possibly many-GB) Python process to try an HTTP
+    request: 47 forks for one tiny stage here. Measured on 2 cores: 4 tiny stage conversions took
+    39 s wall and 12 s of child CPU with it, 9-11 s and none without. Undone on exit.
     """
     if os.environ.get("FLEETGUI_OV_TELEMETRY") == "1":
         yield
