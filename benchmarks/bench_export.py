@@ -138,8 +138,8 @@ def main() -> None:
         figures[weights] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
         figures[weights]["ratio_vs_genai"] = round(med["loop"] / best_genai, 4)
     print_figures(
-        f"export benchmark: bench Llama, pinned to cpu {args.cpu}, threads {args.threads or 'auto'}, "
-        f"{args.tokens} new tokens, "
+        f"export benchmark: bench Llama, pinned to cpu {args.cpu}, "
+        f"threads {args.threads or 'auto'}, {args.tokens} new tokens, "
         f"median of {args.repeats}",
         rows,
         figures,
