@@ -210,7 +210,8 @@ class Pipeline:
         return self.context_limit - len(stream.committed)
 
     async def _speculative_step(self, stream: _Stream) -> list[int]:
-        assert self.draft is not None
+        if self.draft is None:
+            raise GenerationError("speculative decoding needs a draft model")
         options = stream.options
         k = options.k if options.k is not None else stream.auto_k.choose()
         k = min(k, options.max_new_tokens - len(stream.generated), self._room(stream) - 1)
@@ -250,27 +251,20 @@ class Pipeline:
         stream.committed = list(prompt_ids)
         text = IncrementalText(self.tokenizer, options.stop_strings)
         started = time.perf_counter()
-        first_at = started
+        first_at: float | None = None
         finish = "max_tokens"
         try:
-            if options.speculative and self.draft is not None:
-                draft_prefill = asyncio.ensure_future(
-                    self.draft.prefill(stream.id, stream.committed)
-                )
-                first = (await self._target(stream, [], self._plain_head(stream))).tokens
-                await draft_prefill
-            else:
-                first = (await self._target(stream, [], self._plain_head(stream))).tokens
-            new_tokens = first
+            step_started = started
+            new_tokens = await self._first_tokens(stream)
             while True:
-                step_started = time.perf_counter()
                 new_tokens, finish_now = self._commit(stream, new_tokens)
-                if len(stream.generated) and first_at == started:
-                    first_at = time.perf_counter()
-                delta = text.update(stream.generated)
+                now = time.perf_counter()
+                if first_at is None and stream.generated:
+                    first_at = now
                 self.metrics.emit(
-                    TokensEmitted(stream.id, len(new_tokens), (time.perf_counter() - step_started))
+                    TokensEmitted(stream.id, len(new_tokens), (now - step_started) * 1000)
                 )
+                delta = text.update(stream.generated)
                 if delta or new_tokens:
                     yield TokenDelta(stream.id, delta, tuple(new_tokens))
                 if text.stopped:
@@ -281,6 +275,7 @@ class Pipeline:
                 if self._room(stream) <= 0:
                     finish = "context"
                     break
+                step_started = time.perf_counter()
                 if options.speculative:
                     new_tokens = await self._speculative_step(stream)
                 else:
@@ -290,8 +285,23 @@ class Pipeline:
             if self.draft is not None and options.speculative:
                 await self.draft.release(stream.id)
         yield self._finish(
-            stream, prompt=prompt, text=text, started=started, first_at=first_at, finish=finish
+            stream,
+            prompt=prompt,
+            text=text,
+            started=started,
+            first_at=started if first_at is None else first_at,
+            finish=finish,
         )
+
+    async def _first_tokens(self, stream: _Stream) -> list[int]:
+        """Prefill the target (and, overlapping it, the draft) and return the first token."""
+        head = self._plain_head(stream)
+        if not (stream.options.speculative and self.draft is not None):
+            return (await self._target(stream, [], head)).tokens
+        async with asyncio.TaskGroup() as group:
+            target = group.create_task(self._target(stream, [], head))
+            group.create_task(self.draft.prefill(stream.id, stream.committed))
+        return target.result().tokens
 
     def _commit(self, stream: _Stream, tokens: list[int]) -> tuple[list[int], str]:
         """Append ``tokens`` up to EOS, the token limit and the context; the finish reason."""
