@@ -16,7 +16,12 @@ from runtime_support import export, perturbed_copy, pipeline
 from scipy.stats import chi2_contingency
 
 from fleetgui.runtime.head import SamplingParams
-from fleetgui.runtime.metrics import RequestFinished, SpeculationRound, StageTiming
+from fleetgui.runtime.metrics import (
+    AggregateThroughput,
+    RequestFinished,
+    SpeculationRound,
+    StageTiming,
+)
 from fleetgui.runtime.pipeline import GenerationError, GenerationOptions
 
 pytestmark = pytest.mark.slow
@@ -177,6 +182,8 @@ def test_metrics_events_are_emitted(exports: dict) -> None:
     assert stages == {0, 1}
     rounds = [e for e in events if isinstance(e, SpeculationRound)]
     assert rounds and all(1 <= r.k <= 16 and 0 <= r.accepted <= r.k for r in rounds)
+    rates = [e for e in events if isinstance(e, AggregateThroughput)]
+    assert rates and all(r.tokens_per_s > 0 and r.active_streams == 1 for r in rates)
     finished = [e for e in events if isinstance(e, RequestFinished)]
     assert len(finished) == 1 and finished[0].new_tokens == 12
     assert finished[0].ttft_ms > 0 and finished[0].acceptance_rate is not None

@@ -8,6 +8,7 @@ runs one request at a time while the others work on other streams.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import time
@@ -19,6 +20,7 @@ import numpy as np
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.head import SamplingParams, uniforms_for_round
 from fleetgui.runtime.metrics import (
+    AggregateThroughput,
     MetricsBus,
     RequestFinished,
     SpeculationRound,
@@ -40,6 +42,8 @@ from fleetgui.runtime.stage import (
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer
 
 log = logging.getLogger(__name__)
+
+AGGREGATE_WINDOW_S = 3.0  # aggregate tokens/s is measured over this sliding window
 
 
 class GenerationError(FleetguiError):
@@ -118,6 +122,20 @@ class Pipeline:
         self.metrics = metrics or MetricsBus()
         self.compaction = compaction or CompactionPolicy()
         self._ids = itertools.count(1)
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()
+        self._active = 0
+
+    def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
+        """Emit the step's tokens and the aggregate rate over the last few seconds."""
+        self.metrics.emit(TokensEmitted(stream_id, count, step_ms))
+        now = time.perf_counter()
+        self._recent.append((now, count))
+        while self._recent and now - self._recent[0][0] > AGGREGATE_WINDOW_S:
+            self._recent.popleft()
+        span = max(now - self._recent[0][0], 1e-3)
+        total = sum(n for _, n in self._recent)
+        if len(self._recent) > 1:
+            self.metrics.emit(AggregateThroughput(total / span, self._active))
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -253,6 +271,7 @@ class Pipeline:
         started = time.perf_counter()
         first_at: float | None = None
         finish = "max_tokens"
+        self._active += 1
         try:
             step_started = started
             new_tokens = await self._first_tokens(stream)
@@ -261,9 +280,7 @@ class Pipeline:
                 now = time.perf_counter()
                 if first_at is None and stream.generated:
                     first_at = now
-                self.metrics.emit(
-                    TokensEmitted(stream.id, len(new_tokens), (now - step_started) * 1000)
-                )
+                self._count_tokens(stream.id, len(new_tokens), (now - step_started) * 1000)
                 delta = text.update(stream.generated)
                 if delta or new_tokens:
                     yield TokenDelta(stream.id, delta, tuple(new_tokens))
@@ -281,6 +298,7 @@ class Pipeline:
                 else:
                     new_tokens = (await self._target(stream, [], self._plain_head(stream))).tokens
         finally:
+            self._active -= 1
             await self.route.release(stream.id)
             if self.draft is not None and options.speculative:
                 await self.draft.release(stream.id)
