@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import openvino as ov
@@ -30,6 +30,15 @@ class LocalPipelineConfig:
     draft_stage: StageConfig = field(default_factory=StageConfig)
     context_limit: int | None = None  # None: the model's max_position_embeddings (capped)
     prefill_chunk: int = 256
+
+
+def safe_stage_config(config: StageConfig, weight_format: str) -> StageConfig:
+    """Avoid a known crash: OpenVINO 2026.4's CPU plugin dies (SIGFPE) running fp16 weights at
+    its default bf16 compute on AMX CPUs; with precision ``auto`` such stages compute in f32."""
+    if weight_format == "fp16" and config.precision == "auto" and config.device == "CPU":
+        log.warning("fp16 weights on CPU: computing in f32 (the bf16 default crashes here)")
+        return replace(config, precision="f32")
+    return config
 
 
 def context_limit_of(manifest: Manifest, requested: int | None) -> int:
@@ -72,7 +81,7 @@ def load_draft(
         0,
         manifest.shard(0),
         draft_dir / manifest.stages[0].model_file,
-        config.draft_stage,
+        safe_stage_config(config.draft_stage, manifest.weight_format),
         core=core,
     )
     limit = context_limit_of(manifest, config.context_limit)
@@ -89,6 +98,7 @@ def load_local_pipeline(
     """Every stage of ``export_dir`` compiled in this process, chained, with an optional draft."""
     config = config or LocalPipelineConfig()
     manifest = read_manifest(export_dir)
+    config = replace(config, stage=safe_stage_config(config.stage, manifest.weight_format))
     core = ov.Core()
     tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     stages = [
