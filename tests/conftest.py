@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fleetgui.torch_env import hide_torchvision
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # Qt widgets render without a screen
+hide_torchvision()  # before any test imports transformers
 
 
 @pytest.fixture(scope="session")

@@ -233,6 +233,17 @@ def test_int4_chain_matches_the_int4_monolithic_export(llama: Path, tmp_path: Pa
     assert report.passed
 
 
+def test_int8_export_runs_close_to_fp32(llama: Path, tmp_path: Path) -> None:
+    out = tmp_path / "int8"
+    export_model(ExportRequest(llama, out, stages=2, weights="int8"))
+    sizes = sum(
+        f.size for s in read_manifest(out).stages for f in s.files if f.path.endswith("bin")
+    )
+    report = verify_export(out, llama, decode_steps=8, prompts=["def main():"])
+    assert report.max_logit_diff < 0.5, report.lines()
+    assert sizes < 0.5 * 4 * read_manifest(out).hidden_size ** 2 * 12 * 4 + 2e6
+
+
 def test_monolithic_export_loads_in_openvino_genai(llama: Path, tmp_path: Path) -> None:
     import openvino_genai
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -36,10 +36,8 @@ def compress_weights(model: ov.Model, weights: str) -> ov.Model:
         GroupSizeFallbackMode,
     )
 
-    if weights == "int8":
-        return nncf.compress_weights(
-            model, mode=nncf.CompressWeightsMode.INT8_ASYM, all_layers=True
-        )
+    if weights == "int8":  # INT8 modes compress every layer already (and refuse all_layers)
+        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     return nncf.compress_weights(
         model,
         mode=nncf.CompressWeightsMode.INT4_SYM,
