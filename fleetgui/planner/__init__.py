@@ -1,1 +1,47 @@
-"""Device and model profiles and the layer-to-device assignment solver (pure functions)."""
+"""Device and model profiles and the layer-to-device assignment solver (pure functions).
+
+Plain frozen dataclasses in, a :class:`Plan` out; no sockets or Qt. The time model is described in
+:mod:`fleetgui.planner.cost`, the exact solver in :mod:`fleetgui.planner.milp`. Measuring a PC
+(:mod:`fleetgui.planner.device_bench`) imports OpenVINO and torch and is not imported here.
+"""
+
+from fleetgui.planner.baselines import brute_force, compute_proportional, memory_proportional
+from fleetgui.planner.model_profile import ModelProfile, ModelProfileError, load_model_profile
+from fleetgui.planner.plan import LeftOut, Plan, PlanConfig, StageAssignment
+from fleetgui.planner.profiles import (
+    ComputeProfile,
+    DeviceProfile,
+    DevicesFileError,
+    MachineProfile,
+    load_devices,
+    parse_devices,
+    save_devices,
+)
+from fleetgui.planner.replan import DeviceLost, ReplanError, SpeedDrift, replan
+from fleetgui.planner.solver import NoPlanFitsError, solve
+
+__all__ = [
+    "ComputeProfile",
+    "DeviceLost",
+    "DeviceProfile",
+    "DevicesFileError",
+    "LeftOut",
+    "MachineProfile",
+    "ModelProfile",
+    "ModelProfileError",
+    "NoPlanFitsError",
+    "Plan",
+    "PlanConfig",
+    "ReplanError",
+    "SpeedDrift",
+    "StageAssignment",
+    "brute_force",
+    "compute_proportional",
+    "load_devices",
+    "load_model_profile",
+    "memory_proportional",
+    "parse_devices",
+    "replan",
+    "save_devices",
+    "solve",
+]
