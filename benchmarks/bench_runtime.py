@@ -123,7 +123,10 @@ def main() -> None:
     # The last stage also runs the 32000-wide lm_head (about three layers' worth of work), so
     # the even 8/8 split is unbalanced; 9/7 balances the two stages, as the planner would.
     two = ensure_export(
-        model, f"bench-2stage-{args.weights}-9-7", layers=args.layers, weights=args.weights
+        model,
+        f"bench-2stage-{args.weights}-{args.layers.replace(':', '-').replace(',', '_')}",
+        layers=args.layers,
+        weights=args.weights,
     )
     mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
     keys = ("genai", "pp1", "pp2", "bare", "ttft", "stage0_ms", "stage1_ms")
