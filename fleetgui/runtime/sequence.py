@@ -15,25 +15,31 @@ from dataclasses import dataclass, field
 class FedTokens:
     fed: list[int] = field(default_factory=list)  # live cache entries' tokens, in order
     entries: int = 0  # cache entries, live or masked
-    _agreed: int = 0  # a prefix length known to equal the committed sequence
+    _agreed: int = 0  # a prefix of ``fed`` known to equal committed tokens
 
     @property
     def masked(self) -> int:
         return self.entries - len(self.fed)
 
-    def plan(self, committed: list[int]) -> tuple[int, list[int]]:
-        """(positions to rewind, tokens to feed) to make the cache hold ``committed``."""
-        common = min(self._agreed, len(committed), len(self.fed))
-        limit = min(len(committed), len(self.fed))
-        while common < limit and self.fed[common] == committed[common]:
+    def plan(self, sequence: list[int], stable: int | None = None) -> tuple[int, list[int]]:
+        """(positions to rewind, tokens to feed) to make the cache hold ``sequence``.
+
+        The first ``stable`` tokens of ``sequence`` (default: all) are committed and never
+        change, so later calls need not compare them again; tokens after them (drafts) are
+        compared every time.
+        """
+        common = min(self._agreed, len(sequence), len(self.fed))
+        limit = min(len(sequence), len(self.fed))
+        while common < limit and self.fed[common] == sequence[common]:
             common += 1
-        return len(self.fed) - common, committed[common:]
+        self._agreed = min(common, len(sequence) if stable is None else stable)
+        return len(self.fed) - common, sequence[common:]
 
     def applied(self, rewind: int, fed_now: list[int]) -> None:
         """Record that ``rewind`` positions were masked and ``fed_now`` fed after them."""
         if rewind:
             del self.fed[len(self.fed) - rewind :]
-        self._agreed = len(self.fed)
+        self._agreed = min(self._agreed, len(self.fed))
         self.fed.extend(fed_now)
         self.entries += len(fed_now)
 

@@ -57,12 +57,13 @@ class DraftModel:
     def _tokens(self, stream_id: int) -> FedTokens:
         return self._fed.setdefault(stream_id, FedTokens())
 
-    async def _feed(self, stream_id: int, committed: list[int]) -> np.ndarray:
-        """Bring the draft's cache to ``committed``; the logits after its last token."""
+    async def _feed(self, stream_id: int, sequence: list[int], stable: int) -> np.ndarray:
+        """Bring the draft's cache to ``sequence`` (its first ``stable`` tokens committed, the
+        rest this round's drafts); the logits after its last token."""
         fed = self._tokens(stream_id)
-        rewind, pending = fed.plan(committed)
+        rewind, pending = fed.plan(sequence, stable)
         if not pending:  # cache already ends with the committed text: re-feed its last token
-            rewind, pending = rewind + 1, committed[-1:]
+            rewind, pending = rewind + 1, sequence[-1:]
         logits = None
         for start in range(0, len(pending), self.prefill_chunk):
             chunk = pending[start : start + self.prefill_chunk]
@@ -88,7 +89,8 @@ class DraftModel:
 
     async def prefill(self, stream_id: int, committed: list[int]) -> None:
         """Feed the prompt ahead of the first proposal (overlaps the target's prefill)."""
-        await self._feed(stream_id, committed[:-1] or committed)
+        prompt = committed[:-1] or committed
+        await self._feed(stream_id, prompt, len(prompt))
 
     async def propose(
         self,
@@ -102,7 +104,7 @@ class DraftModel:
         started = time.perf_counter()
         drafts: list[int] = []
         dists: list[SparseDist] = []
-        logits = await self._feed(stream_id, committed)
+        logits = await self._feed(stream_id, committed, len(committed))
         for i in range(k):
             if params.greedy:
                 token = int(np.argmax(logits))
@@ -112,7 +114,7 @@ class DraftModel:
                 dists.append(SparseDist.from_dense(probs))
             drafts.append(token)
             if i < k - 1:
-                logits = await self._feed(stream_id, committed + drafts)
+                logits = await self._feed(stream_id, committed + drafts, len(committed))
         return Proposal(drafts, dists, (time.perf_counter() - started) * 1000)
 
     async def release(self, stream_id: int) -> None:
