@@ -1,0 +1,582 @@
+"""The fleet wire format: one typed, versioned, checked message per ZeroMQ multipart message.
+
+Frame 0 is a fixed little-endian header, a JSON "meta" object and one descriptor per tensor;
+frames 1..n are the tensors' raw little-endian bytes (sent and received without copies)::
+
+    header  <4sHHQQIIHH>  36 bytes
+        magic b"FLGT" | version u16 | op u16 | stream id u64 | request id u64 | flags u32
+        | meta length u32 | tensor count u16 | reserved u16 (0)
+    meta    UTF-8 JSON object, ``meta length`` bytes
+    tensor descriptor <BB6x4q>  40 bytes each
+        dtype code u8 | ndim u8 | 6 zero bytes | 4 x dim i64 (unused dims 0)
+
+The magic and version come first and never move, so a peer of another version is always told
+"other protocol version" instead of a garbled message. :func:`decode` checks every count, length,
+shape and dtype against :class:`Limits` before it touches a tensor; it never copies tensor data
+(arrays are read-only views of the received frames). The end of the module maps
+``ForwardRequest`` / ``ForwardResult`` (every ``HeadOp``) to messages and back.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.runtime.stage import (
+    ForwardRequest,
+    ForwardResult,
+    GreedyHead,
+    HeadOp,
+    LogitsHead,
+    SampleHead,
+    VerifyGreedyHead,
+    VerifySampleHead,
+)
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"FLGT"
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct("<4sHHQQIIHH")
+TENSOR_DESCRIPTOR = struct.Struct("<BB6x4q")
+_PREFIX = struct.Struct("<4sH")  # magic and version: the part every version shares
+
+FrameLike = bytes | bytearray | memoryview
+
+
+class Op(enum.IntEnum):
+    """What a message asks for or answers. Adding an op means a new PROTOCOL_VERSION."""
+
+    HELLO = 1  # coordinator -> worker: who I am, what I want (meta)
+    HELLO_OK = 2
+    ERROR = 3  # meta {"code": ErrorCode, "message": str}
+    PAIR = 4  # unknown coordinator -> worker in pairing mode: meta {"code", "comment"}
+    PAIR_OK = 5
+    FORWARD = 10  # ForwardRequest
+    RESULT = 11  # ForwardResult
+    RESET = 12  # forget a stream's KV cache
+    RELEASE = 13  # free a stream
+    REWIND = 14  # meta {"n_positions"}
+    LOAD_STAGE = 20
+    STAGE_READY = 21
+    PUT_CHUNK = 22  # one chunk of a shard file
+    PUT_OK = 23
+    HAVE_FILES = 24
+    HEARTBEAT = 30
+    METRICS = 31
+
+
+class Flags(enum.IntFlag):
+    """Header flags; any other bit is rejected."""
+
+    NONE = 0
+    REPLY_WANTED = 1  # the sender waits for an answer to this request id
+    FINAL = 2  # last message of a sequence (e.g. the last PUT_CHUNK of a file)
+
+
+class DType(enum.IntEnum):
+    """Tensor element types on the wire (always little-endian)."""
+
+    I64 = 1
+    I32 = 2
+    F32 = 3
+    F16 = 4
+    U8 = 5
+    F64 = 6  # SparseDist probabilities may be float64; keeping them exact keeps sampling exact
+
+
+_NUMPY: dict[DType, np.dtype[Any]] = {
+    DType.I64: np.dtype("<i8"),
+    DType.I32: np.dtype("<i4"),
+    DType.F32: np.dtype("<f4"),
+    DType.F16: np.dtype("<f2"),
+    DType.U8: np.dtype("u1"),
+    DType.F64: np.dtype("<f8"),
+}
+_CODES = {dtype.newbyteorder("="): code for code, dtype in _NUMPY.items()}
+# Plain-int lookups for the decoder: enum construction costs microseconds per call.
+_DTYPE_BY_CODE = {int(code): dtype for code, dtype in _NUMPY.items()}
+_OPS = {int(op): op for op in Op}
+_KNOWN_FLAGS = int(Flags.REPLY_WANTED | Flags.FINAL)
+_FLAGS = {value: Flags(value) for value in range(_KNOWN_FLAGS + 1)}
+
+
+class ErrorCode(enum.StrEnum):
+    """Why a message was rejected; travels in ERROR replies."""
+
+    BAD_MAGIC = "bad_magic"
+    BAD_VERSION = "bad_version"
+    TRUNCATED = "truncated"
+    TRAILING_DATA = "trailing_data"
+    TOO_LARGE = "too_large"
+    TOO_MANY_TENSORS = "too_many_tensors"
+    BAD_DTYPE = "bad_dtype"
+    BAD_SHAPE = "bad_shape"
+    BAD_META = "bad_meta"
+    BAD_OP = "bad_op"
+    BAD_FLAGS = "bad_flags"
+    BAD_FIELD = "bad_field"
+    UNAUTHORIZED = "unauthorized"
+    PAIRING_FAILED = "pairing_failed"
+    INTERNAL = "internal"
+
+
+class ProtocolError(FleetguiError):
+    """A message that breaks the wire format; ``code`` says which rule."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ProtocolVersionError(ProtocolError):
+    """The peer speaks another protocol version (``peer_version``)."""
+
+    def __init__(self, peer_version: int) -> None:
+        super().__init__(
+            ErrorCode.BAD_VERSION,
+            f"got a message of fleetgui protocol version {peer_version}, but this side speaks "
+            f"version {PROTOCOL_VERSION}: install the same fleetgui version on every PC",
+        )
+        self.peer_version = peer_version
+
+
+class RemoteError(FleetguiError):
+    """The peer answered with an ERROR message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What :func:`decode` accepts; checked before any tensor is looked at."""
+
+    max_meta_bytes: int = 64 * 1024  # JSON meta section
+    max_tensors: int = 8  # tensor sections per message
+    max_ndim: int = 4  # dimensions per tensor (the descriptor has room for 4)
+    max_tensor_bytes: int = 256 * 1024 * 1024  # one tensor
+    max_total_bytes: int = 256 * 1024 * 1024  # all tensors of one message
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest single ZeroMQ frame a valid message has (for ``zmq.MAXMSGSIZE``)."""
+        header = HEADER.size + self.max_meta_bytes + self.max_tensors * TENSOR_DESCRIPTOR.size
+        return max(header, self.max_tensor_bytes)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One decoded message."""
+
+    op: Op
+    stream_id: int = 0
+    request_id: int = 0
+    flags: Flags = Flags.NONE
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    tensors: tuple[np.ndarray, ...] = ()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in meta")
+
+
+_JSON = json.JSONDecoder(parse_constant=_reject_constant)  # NaN and Infinity are not JSON
+
+
+def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[FrameLike]:
+    """The ZeroMQ frames of ``message``: header+meta, then one zero-copy frame per tensor."""
+    try:
+        meta = json.dumps(dict(message.meta), separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(ErrorCode.BAD_META, f"meta is not plain JSON: {exc}") from exc
+    if len(meta) > limits.max_meta_bytes:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE, f"meta is {len(meta)} bytes, limit {limits.max_meta_bytes}"
+        )
+    if len(message.tensors) > limits.max_tensors:
+        raise ProtocolError(
+            ErrorCode.TOO_MANY_TENSORS,
+            f"{len(message.tensors)} tensors, limit {limits.max_tensors}",
+        )
+    descriptors: list[bytes] = []
+    data: list[FrameLike] = []
+    total = 0
+    for i, tensor in enumerate(message.tensors):
+        code = _CODES.get(tensor.dtype) or _CODES.get(tensor.dtype.newbyteorder("="))
+        if code is None:
+            raise ProtocolError(ErrorCode.BAD_DTYPE, f"tensor {i}: dtype {tensor.dtype} not sent")
+        if tensor.ndim > limits.max_ndim:
+            raise ProtocolError(ErrorCode.BAD_SHAPE, f"tensor {i}: {tensor.ndim} dimensions")
+        array = np.asarray(tensor, dtype=_NUMPY[code])
+        array = array if array.flags.c_contiguous else array.copy(order="C")  # keeps 0-d
+        total += array.nbytes
+        if array.nbytes > limits.max_tensor_bytes or total > limits.max_total_bytes:
+            raise ProtocolError(ErrorCode.TOO_LARGE, f"tensor {i}: {array.nbytes} bytes")
+        dims = list(array.shape) + [0] * (4 - array.ndim)
+        descriptors.append(TENSOR_DESCRIPTOR.pack(code, array.ndim, *dims))
+        data.append(array.reshape(-1).view(np.uint8).data)
+    try:
+        header = HEADER.pack(
+            MAGIC,
+            PROTOCOL_VERSION,
+            int(message.op),
+            message.stream_id,
+            message.request_id,
+            int(message.flags),
+            len(meta),
+            len(message.tensors),
+            0,
+        )
+    except struct.error as exc:
+        raise ProtocolError(ErrorCode.BAD_FIELD, f"header field out of range: {exc}") from exc
+    return [b"".join([header, meta, *descriptors]), *data]
+
+
+def _fail(code: ErrorCode, message: str) -> ProtocolError:
+    return ProtocolError(code, message)
+
+
+def _bytes_view(frame: FrameLike) -> memoryview:
+    view = memoryview(frame)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def decode(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Check ``frames`` against the format and ``limits`` and return the message.
+
+    Raises :class:`ProtocolError` (:class:`ProtocolVersionError` for another version) for any
+    input that is not a valid message, and nothing else.
+    """
+    if not frames:
+        raise _fail(ErrorCode.TRUNCATED, "empty message")
+    head = _bytes_view(frames[0])
+    if bytes(head[:4]) != MAGIC[: min(4, len(head))]:
+        raise _fail(ErrorCode.BAD_MAGIC, "not a fleetgui message (bad magic)")
+    if len(head) < _PREFIX.size:
+        raise _fail(ErrorCode.TRUNCATED, f"first frame is only {len(head)} bytes")
+    _, version = _PREFIX.unpack_from(head)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolVersionError(version)
+    if len(head) < HEADER.size:
+        raise _fail(ErrorCode.TRUNCATED, f"header is {len(head)} bytes, need {HEADER.size}")
+    _, _, op, stream_id, request_id, flags, meta_len, n_tensors, reserved = HEADER.unpack_from(head)
+    if op not in _OPS:
+        raise _fail(ErrorCode.BAD_OP, f"unknown op code {op}")
+    if flags & ~_KNOWN_FLAGS or reserved:
+        raise _fail(ErrorCode.BAD_FLAGS, f"unknown flags 0x{flags:x} or reserved {reserved}")
+    if meta_len > limits.max_meta_bytes:
+        raise _fail(ErrorCode.TOO_LARGE, f"meta is {meta_len} bytes, limit {limits.max_meta_bytes}")
+    if n_tensors > limits.max_tensors:
+        raise _fail(ErrorCode.TOO_MANY_TENSORS, f"{n_tensors} tensors, limit {limits.max_tensors}")
+    expected = HEADER.size + meta_len + n_tensors * TENSOR_DESCRIPTOR.size
+    if len(head) != expected:
+        code = ErrorCode.TRUNCATED if len(head) < expected else ErrorCode.TRAILING_DATA
+        raise _fail(code, f"first frame is {len(head)} bytes, header says {expected}")
+    if len(frames) != 1 + n_tensors:
+        code = ErrorCode.TRUNCATED if len(frames) < 1 + n_tensors else ErrorCode.TRAILING_DATA
+        raise _fail(code, f"{len(frames)} frames, header says {1 + n_tensors}")
+    specs = _check_descriptors(head, HEADER.size + meta_len, n_tensors, frames, limits)
+    meta = _decode_meta(head[HEADER.size : HEADER.size + meta_len])
+    tensors = tuple(
+        np.frombuffer(_bytes_view(frames[1 + i]), dtype=dtype).reshape(shape)
+        for i, (dtype, shape) in enumerate(specs)
+    )
+    return Message(_OPS[op], stream_id, request_id, _FLAGS[flags], meta, tensors)
+
+
+def _check_descriptors(
+    head: memoryview, offset: int, n_tensors: int, frames: Sequence[FrameLike], limits: Limits
+) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+    specs: list[tuple[np.dtype[Any], tuple[int, ...]]] = []
+    total = 0
+    for i in range(n_tensors):
+        code, ndim, *dims = TENSOR_DESCRIPTOR.unpack_from(head, offset + i * 40)
+        dtype = _DTYPE_BY_CODE.get(code)
+        if dtype is None:
+            raise _fail(ErrorCode.BAD_DTYPE, f"tensor {i}: unknown dtype code {code}")
+        if ndim > limits.max_ndim or any(d < 0 for d in dims) or any(dims[ndim:]):
+            raise _fail(ErrorCode.BAD_SHAPE, f"tensor {i}: bad shape (ndim {ndim}, dims {dims})")
+        nbytes = math.prod(dims[:ndim]) * dtype.itemsize  # Python ints: no overflow
+        total += nbytes
+        if nbytes > limits.max_tensor_bytes or total > limits.max_total_bytes:
+            raise _fail(ErrorCode.TOO_LARGE, f"tensor {i}: {nbytes} bytes over the limit")
+        size = _bytes_view(frames[1 + i]).nbytes
+        if size != nbytes:
+            code = ErrorCode.TRUNCATED if size < nbytes else ErrorCode.TRAILING_DATA
+            raise _fail(code, f"tensor {i}: frame is {size} bytes, shape says {nbytes}")
+        specs.append((dtype, tuple(dims[:ndim])))
+    return specs
+
+
+def _decode_meta(raw: memoryview) -> dict[str, Any]:
+    if not raw.nbytes:
+        return {}
+    try:
+        meta = _JSON.decode(bytes(raw).decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # also UnicodeDecodeError, too many digits
+        raise _fail(ErrorCode.BAD_META, f"meta is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise _fail(ErrorCode.BAD_META, f"meta must be a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def error_message(
+    code: ErrorCode | str, message: str, *, stream_id: int = 0, request_id: int = 0
+) -> Message:
+    """An ERROR reply (``raise_if_error`` turns it back into :class:`RemoteError`)."""
+    return Message(Op.ERROR, stream_id, request_id, meta={"code": str(code), "message": message})
+
+
+def raise_if_error(message: Message, peer: str) -> Message:
+    """Return ``message`` unless it is an ERROR reply; then raise :class:`RemoteError`."""
+    if message.op is not Op.ERROR:
+        return message
+    code = str(message.meta.get("code", ErrorCode.INTERNAL))[:64]
+    text = str(message.meta.get("message", "no details"))[:2000]
+    raise RemoteError(code, f"{peer} refused the request ({code}): {text}")
+
+
+# --------------------------------------------------------------------------------------------
+# ForwardRequest / ForwardResult <-> messages
+
+
+def _bad(path: str, why: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.BAD_FIELD, f"meta field {path!r}: {why}")
+
+
+def _int(obj: Mapping[str, Any], key: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _bad(key, f"need an integer in [{lo}, {hi}], got {value!r}"[:200])
+    return value
+
+
+def _float(obj: Mapping[str, Any], key: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value < hi:
+        raise _bad(key, f"need a number in [{lo}, {hi}), got {value!r}"[:200])
+    return float(value)
+
+
+def _ints(obj: Mapping[str, Any], key: str, lo: int = 0, hi: int = 2**31 - 1) -> list[int]:
+    value = obj.get(key)
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi for v in value
+    ):
+        raise _bad(key, f"need a list of integers in [{lo}, {hi}]")
+    return value
+
+
+def _uniforms(obj: Mapping[str, Any], key: str) -> list[float]:
+    value = obj.get(key)
+    if not isinstance(value, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1 for v in value
+    ):
+        raise _bad(key, "need a list of uniforms in [0, 1)")
+    return [float(v) for v in value]
+
+
+def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndarray]]:
+    """The JSON form of ``head`` and the tensors it needs (draft distributions)."""
+    match head:
+        case None:
+            return None, []
+        case GreedyHead():
+            return {"kind": "greedy"}, []
+        case LogitsHead():
+            return {"kind": "logits"}, []
+        case SampleHead(params=params, u=u):
+            return {"kind": "sample", "params": _params_meta(params), "u": u}, []
+        case VerifyGreedyHead(drafts=drafts):
+            return {"kind": "verify_greedy", "drafts": list(drafts)}, []
+        case VerifySampleHead():
+            dists = head.draft_dists
+            wide = np.float64 if any(d.probs.dtype == np.float64 for d in dists) else np.float32
+            ids = np.concatenate([np.zeros(0, np.int32), *(d.ids for d in dists)])
+            probs = np.concatenate([np.zeros(0, wide), *(d.probs.astype(wide) for d in dists)])
+            meta = {
+                "kind": "verify_sample",
+                "params": _params_meta(head.params),
+                "drafts": list(head.drafts),
+                "u_accept": list(head.u_accept),
+                "u_resample": head.u_resample,
+                "dist_lengths": [len(d) for d in dists],
+                "dist_f64": [d.probs.dtype == np.float64 for d in dists],
+            }
+            return meta, [ids, probs]
+    raise ProtocolError(ErrorCode.BAD_FIELD, f"unknown head op {type(head).__name__}")
+
+
+def _params_meta(params: SamplingParams) -> dict[str, Any]:
+    return {
+        "temperature": params.temperature,
+        "top_k": params.top_k,
+        "top_p": params.top_p,
+        "seed": params.seed,
+    }
+
+
+def _params_from(meta: Any) -> SamplingParams:
+    if not isinstance(meta, dict):
+        raise _bad("params", "need an object")
+    seed = None if meta.get("seed") is None else _int(meta, "seed", 0, 2**128)
+    try:
+        return SamplingParams(
+            _float(meta, "temperature"), _int(meta, "top_k", 0, 2**31), _float(meta, "top_p"), seed
+        )
+    except ValueError as exc:
+        raise _bad("params", str(exc)) from None
+
+
+def _head_from(meta: Any, extra: tuple[np.ndarray, ...]) -> HeadOp | None:
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise _bad("head", "need an object or null")
+    kind = meta.get("kind")
+    if kind == "greedy" and not extra:
+        return GreedyHead()
+    if kind == "logits" and not extra:
+        return LogitsHead()
+    if kind == "sample" and not extra:
+        return SampleHead(_params_from(meta.get("params")), _float(meta, "u", 0, 1))
+    if kind == "verify_greedy" and not extra:
+        return VerifyGreedyHead(tuple(_ints(meta, "drafts")))
+    if kind != "verify_sample" or len(extra) != 2:
+        raise _bad("head.kind", f"unknown kind {kind!r} or wrong tensor count ({len(extra)})")
+    drafts = tuple(_ints(meta, "drafts"))
+    lengths = _ints(meta, "dist_lengths", 1)
+    wide = meta.get("dist_f64")
+    if not isinstance(wide, list) or not all(isinstance(w, bool) for w in wide):
+        raise _bad("dist_f64", "need a list of booleans")
+    ids, probs = extra
+    if (
+        len(lengths) != len(drafts)
+        or len(wide) != len(drafts)
+        or ids.ndim != 1
+        or ids.dtype != np.int32
+        or probs.ndim != 1
+        or probs.dtype.kind != "f"
+        or ids.shape != probs.shape
+        or sum(lengths) != ids.shape[0]
+    ):
+        raise _bad("dist_lengths", "draft distributions do not match the drafts or tensors")
+    ends = np.cumsum([0, *lengths])
+    try:
+        dists = tuple(
+            SparseDist(ids[a:b], probs[a:b].astype(np.float64 if w else np.float32))
+            for a, b, w in zip(ends[:-1], ends[1:], wide, strict=True)
+        )
+        return VerifySampleHead(
+            _params_from(meta.get("params")),
+            drafts,
+            dists,
+            tuple(_uniforms(meta, "u_accept")),
+            _float(meta, "u_resample", 0, 1),
+        )
+    except ValueError as exc:
+        raise _bad("head", str(exc)) from None
+
+
+def encode_forward(
+    request: ForwardRequest, *, request_id: int = 0, limits: Limits = DEFAULT_LIMITS
+) -> list[FrameLike]:
+    """The frames of a FORWARD message carrying ``request`` (K+1 positions are one tensor)."""
+    head, extra = _head_meta(request.head)
+    meta = {"rewind": request.rewind, "compact": request.compact, "head": head}
+    tensors = (np.asarray(request.payload), *extra)
+    return encode(
+        Message(Op.FORWARD, request.stream_id, request_id, meta=meta, tensors=tensors), limits
+    )
+
+
+def request_from_message(message: Message) -> ForwardRequest:
+    """The ``ForwardRequest`` a decoded FORWARD message carries (fields are checked)."""
+    if message.op is not Op.FORWARD or not message.tensors:
+        raise ProtocolError(
+            ErrorCode.BAD_OP, f"expected FORWARD with a payload, got {message.op!r}"
+        )
+    payload = message.tensors[0]
+    if not (payload.ndim == 2 and payload.dtype.kind == "i") and not (
+        payload.ndim == 3 and payload.dtype.kind == "f"
+    ):
+        raise ProtocolError(
+            ErrorCode.BAD_SHAPE,
+            f"payload must be token ids [1, n] (integers) or hidden states [1, n, hidden] "
+            f"(floats), got {payload.dtype} {payload.shape}",
+        )
+    compact = message.meta.get("compact")
+    if not isinstance(compact, bool):
+        raise _bad("compact", "need a boolean")
+    head = _head_from(message.meta.get("head"), message.tensors[1:])
+    return ForwardRequest(
+        message.stream_id, payload, _int(message.meta, "rewind", 0, 2**31), compact, head
+    )
+
+
+def decode_forward(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> ForwardRequest:
+    """Decode and check a FORWARD message."""
+    return request_from_message(decode(frames, limits))
+
+
+def encode_result(
+    result: ForwardResult, *, request_id: int = 0, limits: Limits = DEFAULT_LIMITS
+) -> list[FrameLike]:
+    """The frames of a RESULT message carrying ``result``."""
+    named = [("payload", result.payload), ("logits", result.logits)]
+    roles = [name for name, value in named if value is not None]
+    tensors = tuple(np.asarray(value) for _, value in named if value is not None)
+    meta = {
+        "tokens": [int(t) for t in result.tokens],
+        "accepted": int(result.accepted),
+        "compute_ms": {str(int(k)): float(v) for k, v in result.compute_ms.items()},
+        "tensors": roles,
+    }
+    return encode(
+        Message(Op.RESULT, result.stream_id, request_id, meta=meta, tensors=tensors), limits
+    )
+
+
+def result_from_message(message: Message) -> ForwardResult:
+    """The ``ForwardResult`` a decoded RESULT message carries (fields are checked)."""
+    if message.op is not Op.RESULT:
+        raise ProtocolError(ErrorCode.BAD_OP, f"expected RESULT, got {message.op!r}")
+    roles = message.meta.get("tensors")
+    if roles not in ([], ["payload"], ["logits"], ["payload", "logits"]) or len(roles) != len(
+        message.tensors
+    ):
+        raise _bad("tensors", f"bad tensor roles {roles!r} for {len(message.tensors)} tensors")
+    arrays = dict(zip(roles, message.tensors, strict=True))
+    timings = message.meta.get("compute_ms")
+    if not isinstance(timings, dict) or not all(
+        k.isascii() and k.isdigit() and len(k) < 6 for k in timings
+    ):
+        raise _bad("compute_ms", "need an object of stage index -> milliseconds")
+    return ForwardResult(
+        message.stream_id,
+        arrays.get("payload"),
+        _ints(message.meta, "tokens"),
+        _int(message.meta, "accepted", 0, 2**31),
+        arrays.get("logits"),
+        {int(k): _float(timings, k, 0) for k in timings},
+    )
+
+
+def decode_result(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> ForwardResult:
+    """Decode and check a RESULT message."""
+    return result_from_message(decode(frames, limits))
