@@ -16,11 +16,23 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from common import bench_cache, print_figures
 
 from fleetgui.export.manifest import read_manifest
 from fleetgui.export.model_source import open_model_source
+
+
+def _status_kb(pid: int, field: str) -> int:
+    """A memory field of /proc/PID/status in kB (0 once the process is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def main() -> None:
@@ -56,7 +68,13 @@ def main() -> None:
         "--no-verify",
     ]
     started = time.perf_counter()
-    subprocess.run(command, check=True)
+    child = subprocess.Popen(command)
+    peaks = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
+    while child.poll() is None:  # sample the child's memory: anonymous vs file-backed pages
+        peaks = {k: max(v, _status_kb(child.pid, k) * 1024) for k, v in peaks.items()}
+        time.sleep(0.1)
+    if child.returncode:
+        raise SystemExit(f"export failed with exit code {child.returncode}")
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kB on Linux
     fp16, fp32 = source.n_parameters * 2, source.n_parameters * 4
@@ -70,6 +88,9 @@ def main() -> None:
         ("export", f"{args.stages} stages, {args.weights}, {seconds:.0f} s"),
         ("peak RSS of the export process", f"{peak / 1e9:.2f} GB"),
         ("peak RSS / model fp32 size", f"{peak / fp32:.2f}"),
+        ("peak anonymous memory (RssAnon)", f"{peaks['RssAnon'] / 1e9:.2f} GB"),
+        ("peak anonymous / model fp32 size", f"{peaks['RssAnon'] / fp32:.2f}"),
+        ("peak file-backed pages (RssFile: mmapped weights)", f"{peaks['RssFile'] / 1e9:.2f} GB"),
         ("largest stage's decoder weights fp32", f"{largest_stage * 4 / 1e9:.2f} GB"),
     ]
     print_figures(
