@@ -278,3 +278,41 @@ def test_monolithic_export_loads_in_openvino_genai(llama: Path, tmp_path: Path) 
     chain = StageChain.load(mono, config=EXACT_CONFIG)
     step = chain.forward(ids[0].tolist())
     assert int(np.argmax(step.logits[0, -1])) == int(expected[0, ids.shape[1]])
+
+
+def test_chunked_stages_bound_conversion_and_run_like_whole_ones(
+    llama: Path, llama_2stage: Path, tmp_path: Path
+) -> None:
+    """--max-chunk-layers 1: each stage is converted (and later run) one layer at a time, so
+    export memory is bounded by a layer, not a stage; results do not change."""
+    import asyncio
+
+    from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+    from fleetgui.runtime.ov_stage import StageConfig
+    from fleetgui.runtime.pipeline import GenerationOptions
+
+    out = tmp_path / "chunked"
+    messages: list[str] = []
+    export_model(
+        ExportRequest(llama, out, stages=2, weights="fp32", max_chunk_layers=1),
+        progress=lambda p: messages.append(p.message),
+    )
+    manifest = read_manifest(out)
+    assert [s.model_files for s in manifest.stages] == [
+        ("stage_0-1.xml", "stage_1-2.xml"),
+        ("stage_2-3.xml", "stage_3-4.xml"),
+    ]
+    assert any("part 2/2" in m for m in messages)
+    report = verify_export(out, llama, decode_steps=16, prompts=["def main():"])
+    assert report.passed and len(report.results[0].stage_diffs) == 2
+
+    async def tokens(folder: Path) -> list[int]:
+        config = StageConfig(precision="f32")
+        pipe = load_local_pipeline(folder, config=LocalPipelineConfig(stage=config))
+        try:
+            options = GenerationOptions(max_new_tokens=24)
+            return (await pipe.complete("import sys", options)).token_ids
+        finally:
+            await pipe.close()
+
+    assert asyncio.run(tokens(out)) == asyncio.run(tokens(llama_2stage))

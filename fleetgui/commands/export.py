@@ -35,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the unsplit model as a folder openvino_genai.LLMPipeline loads (the baseline)",
     )
     parser.add_argument("--no-verify", action="store_true", help="skip verification after export")
+    parser.add_argument(
+        "--max-chunk-layers",
+        type=int,
+        metavar="N",
+        help="convert at most N layers at a time, so a big stage fits in memory (default: from "
+        "this PC's free memory)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         layers=args.layers,
         weights=args.weights,
         monolithic=args.monolithic,
+        max_chunk_layers=args.max_chunk_layers,
     )
     bar = tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True, leave=True)
 

@@ -45,10 +45,16 @@ class StageEntry:
     outputs: tuple[str, ...]
     kv_states: tuple[str, ...]
     key: str = ""  # hash of everything the stage was built from (reuse when it still matches)
+    parts: tuple[str, ...] = ()  # the stage's IR files in order, when exported in chunks
+
+    @property
+    def model_files(self) -> tuple[str, ...]:
+        """The stage's OpenVINO models, run one after another (one unless chunked)."""
+        return self.parts or tuple(f.path for f in self.files if f.path.endswith(".xml"))
 
     @property
     def model_file(self) -> str:
-        return next(f.path for f in self.files if f.path.endswith(".xml"))
+        return self.model_files[0]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +70,7 @@ class StageEntry:
             outputs=tuple(data["outputs"]),
             kv_states=tuple(data["kv_states"]),
             key=str(data.get("key", "")),
+            parts=tuple(data.get("parts", ())),
         )
 
 

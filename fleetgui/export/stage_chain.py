@@ -55,10 +55,9 @@ class StageChain:
         core = core or ov.Core()
         requests = []
         for stage in manifest.stages:
-            compiled = core.compile_model(
-                Path(folder) / stage.model_file, device, dict(config or {})
-            )
-            requests.append(compiled.create_infer_request())
+            for part in stage.model_files:  # a chunked stage's parts run like stages
+                compiled = core.compile_model(Path(folder) / part, device, dict(config or {}))
+                requests.append(compiled.create_infer_request())
         return cls(manifest, requests)
 
     def reset(self) -> None:
@@ -92,6 +91,10 @@ class StageChain:
         main: np.ndarray = np.array([token_ids], dtype=np.int64)
         outputs: list[np.ndarray] = []
         result: dict[str, np.ndarray] = {}
+        ends = {
+            sum(len(s.model_files) for s in self.manifest.stages[: i + 1]) - 1
+            for i in range(len(self.manifest.stages))
+        }
         for index, request in enumerate(self.requests):
             compiled = request.get_compiled_model()
             inputs = {"input_ids" if index == 0 else "hidden_in": main, **common}
@@ -103,7 +106,8 @@ class StageChain:
                 for name in [port.get_any_name()]
             }
             main = result.get("hidden_out", result.get("logits"))  # type: ignore[assignment]
-            outputs.append(main)
+            if index in ends:  # report one output per stage, not per part
+                outputs.append(main)
         return StepOutput(
             outputs, result["logits"], result.get("top1_ids"), result.get("top1_probs")
         )

@@ -80,7 +80,7 @@ def load_draft(
     stage = LocalStage(
         0,
         manifest.shard(0),
-        draft_dir / manifest.stages[0].model_file,
+        [draft_dir / part for part in manifest.stages[0].model_files],
         safe_stage_config(config.draft_stage, manifest.weight_format),
         core=core,
     )
@@ -105,7 +105,7 @@ def load_local_pipeline(
         LocalStage(
             entry.index,
             manifest.shard(entry.index),
-            Path(export_dir) / entry.model_file,
+            [Path(export_dir) / part for part in entry.model_files],
             config.stage,
             core=core,
         )

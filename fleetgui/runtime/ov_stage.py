@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,12 @@ class StageConfig:
 
 @dataclass
 class _StreamSlot:
-    request: ov.InferRequest
+    requests: list[ov.InferRequest]  # one per part of the stage, in order
     mask: StreamMask = field(default_factory=StreamMask)
+
+    @property
+    def last(self) -> ov.InferRequest:
+        return self.requests[-1]
 
 
 async def infer_async(request: ov.InferRequest, inputs: dict[str, Any]) -> None:
@@ -85,13 +90,17 @@ async def infer_async(request: ov.InferRequest, inputs: dict[str, Any]) -> None:
 
 
 class LocalStage(Stage):
-    """An exported stage (``stage_*.xml`` or a monolithic model) compiled in this process."""
+    """An exported stage (``stage_*.xml`` or a monolithic model) compiled in this process.
+
+    A stage exported in chunks has several models ("parts"); they run one after another on the
+    same stream mask, each with its own KV state.
+    """
 
     def __init__(
         self,
         index: int,
         shard: Shard,
-        model_path: Path,
+        model_path: Path | Sequence[Path],
         config: StageConfig | None = None,
         *,
         core: ov.Core | None = None,
@@ -101,12 +110,13 @@ class LocalStage(Stage):
         self.config = config or StageConfig()
         core = core or ov.Core()
         started = time.perf_counter()
-        self._compiled = core.compile_model(
-            str(model_path), self.config.device, self.config.ov_properties()
-        )
-        self._inputs = {port.get_any_name() for port in self._compiled.inputs}
-        self._outputs = {port.get_any_name() for port in self._compiled.outputs}
-        self._main_input = "input_ids" if "input_ids" in self._inputs else "hidden_in"
+        paths = [model_path] if isinstance(model_path, Path | str) else list(model_path)
+        self._parts = [
+            core.compile_model(str(path), self.config.device, self.config.ov_properties())
+            for path in paths
+        ]
+        self._inputs = [{port.get_any_name() for port in c.inputs} for c in self._parts]
+        self._outputs = {port.get_any_name() for port in self._parts[-1].outputs}
         self._streams: dict[int, _StreamSlot] = {}
         self._lock = asyncio.Lock()
         log.info(
@@ -124,7 +134,7 @@ class LocalStage(Stage):
     def _slot(self, stream_id: int) -> _StreamSlot:
         slot = self._streams.get(stream_id)
         if slot is None:
-            slot = _StreamSlot(self._compiled.create_infer_request())
+            slot = _StreamSlot([compiled.create_infer_request() for compiled in self._parts])
             self._streams[stream_id] = slot
         return slot
 
@@ -133,9 +143,10 @@ class LocalStage(Stage):
 
     def _compact(self, slot: _StreamSlot) -> None:
         keep = slot.mask.live_indices()
-        for state in slot.request.query_state():
-            data = state.state.data
-            state.state = ov.Tensor(np.ascontiguousarray(data[:, :, keep, :]))
+        for request in slot.requests:
+            for state in request.query_state():
+                data = state.state.data
+                state.state = ov.Tensor(np.ascontiguousarray(data[:, :, keep, :]))
         slot.mask.compacted()
 
     async def forward(self, request: ForwardRequest) -> ForwardResult:
@@ -148,14 +159,20 @@ class LocalStage(Stage):
                 if request.compact:
                     self._compact(slot)
                 attention_mask, positions = slot.mask.advance(request.n_positions)
-                inputs: dict[str, Any] = {
-                    self._main_input: request.payload,
-                    "attention_mask": attention_mask,
-                    "position_ids": positions,
-                }
-                if "beam_idx" in self._inputs:
-                    inputs["beam_idx"] = np.zeros(1, dtype=np.int32)
-                await infer_async(slot.request, inputs)
+                payload = request.payload
+                for part, (infer, names) in enumerate(
+                    zip(slot.requests, self._inputs, strict=True)
+                ):
+                    inputs: dict[str, Any] = {
+                        "input_ids" if "input_ids" in names else "hidden_in": payload,
+                        "attention_mask": attention_mask,
+                        "position_ids": positions,
+                    }
+                    if "beam_idx" in names:
+                        inputs["beam_idx"] = np.zeros(1, dtype=np.int32)
+                    await infer_async(infer, inputs)
+                    if part < len(slot.requests) - 1:
+                        payload = infer.get_tensor("hidden_out").data
             except Exception as exc:
                 raise StageError(
                     f"stage {self.index} ({self.shard}) failed on stream {request.stream_id}: {exc}"
@@ -163,11 +180,11 @@ class LocalStage(Stage):
             result = ForwardResult(request.stream_id)
             if self.is_last:
                 if isinstance(request.head, LogitsHead):
-                    result.logits = slot.request.get_tensor("logits").data[0, -1].copy()
+                    result.logits = slot.last.get_tensor("logits").data[0, -1].copy()
                 elif request.head is not None:
-                    result.tokens, result.accepted = run_head(request.head, slot.request)
+                    result.tokens, result.accepted = run_head(request.head, slot.last)
             else:
-                result.payload = slot.request.get_tensor("hidden_out").data.copy()
+                result.payload = slot.last.get_tensor("hidden_out").data.copy()
             result.compute_ms[self.index] = (time.perf_counter() - started) * 1000
         return result
 
@@ -177,7 +194,8 @@ class LocalStage(Stage):
     async def reset(self, stream_id: int) -> None:
         slot = self._slot(stream_id)
         async with self._lock:
-            slot.request.reset_state()
+            for infer in slot.requests:
+                infer.reset_state()
             slot.mask.reset()
 
     async def release(self, stream_id: int) -> None:
