@@ -39,6 +39,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--weights", default="int4")
+    parser.add_argument(
+        "--max-chunk-layers",
+        type=int,
+        default=None,
+        help="layers converted at once (default: auto)",
+    )
     args = parser.parse_args()
     from model_factory import BILLION_DIMS, build_bench_llama
 
@@ -66,6 +72,7 @@ def main() -> None:
         "--weights",
         args.weights,
         "--no-verify",
+        *(["--max-chunk-layers", str(args.max_chunk_layers)] if args.max_chunk_layers else []),
     ]
     started = time.perf_counter()
     child = subprocess.Popen(command)
@@ -85,7 +92,11 @@ def main() -> None:
     rows = [
         ("model", f"{source.n_parameters / 1e9:.2f}B parameters, {source.n_layers} layers"),
         ("model size fp16 / fp32", f"{fp16 / 1e9:.2f} GB / {fp32 / 1e9:.2f} GB"),
-        ("export", f"{args.stages} stages, {args.weights}, {seconds:.0f} s"),
+        (
+            "export",
+            f"{args.stages} stages, {args.weights}, chunks of "
+            f"{args.max_chunk_layers or 'auto'} layers, {seconds:.0f} s",
+        ),
         ("peak RSS of the export process", f"{peak / 1e9:.2f} GB"),
         ("peak RSS / model fp32 size", f"{peak / fp32:.2f}"),
         ("peak anonymous memory (RssAnon)", f"{peaks['RssAnon'] / 1e9:.2f} GB"),
