@@ -43,9 +43,14 @@ class StageConfig:
     threads: int = 0  # OpenVINO inference threads; 0: the plugin's default
     precision: str = "auto"  # f32 | bf16 | f16 | auto (the device's default)
     kv_cache_precision: str | None = None  # e.g. "f32" for bit-exact rewind/compaction tests
+    # Pinning puts every compiled model's inference thread on the same first core, so stages in
+    # one process would take turns instead of overlapping; let the OS place them.
+    cpu_pinning: bool = False
 
     def ov_properties(self) -> dict[str, Any]:
         props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        if self.device == "CPU":
+            props["ENABLE_CPU_PINNING"] = self.cpu_pinning
         if self.threads:
             props["INFERENCE_NUM_THREADS"] = self.threads
         if self.precision != "auto":
