@@ -239,3 +239,23 @@ def test_generate_cli_json(exports: dict) -> None:
     )
     assert bad.returncode == 1
     assert "between 1 and 16" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("weights", "threads", "precision", "expected"),
+    [
+        ("fp16", 1, "auto", "f32"),
+        ("fp32", 1, "auto", "f32"),
+        ("int4", 1, "auto", "auto"),
+        ("fp16", 2, "auto", "auto"),
+        ("fp16", 1, "bf16", "bf16"),  # an explicit choice is kept
+    ],
+)
+def test_single_thread_bf16_crash_is_avoided(
+    weights: str, threads: int, precision: str, expected: str
+) -> None:
+    from fleetgui.runtime.loader import safe_stage_config
+    from fleetgui.runtime.ov_stage import StageConfig
+
+    config = StageConfig(threads=threads, precision=precision)
+    assert safe_stage_config(config, weights).precision == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,11 +33,26 @@ class LocalPipelineConfig:
     prefill_chunk: int = 256
 
 
+def _single_thread(config: StageConfig) -> bool:
+    if config.threads:
+        return config.threads == 1
+    affinity = getattr(os, "sched_getaffinity", None)
+    return affinity is not None and len(affinity(0)) == 1
+
+
 def safe_stage_config(config: StageConfig, weight_format: str) -> StageConfig:
-    """Avoid a known crash: OpenVINO 2026.4's CPU plugin dies (SIGFPE) running fp16 weights at
-    its default bf16 compute on AMX CPUs; with precision ``auto`` such stages compute in f32."""
-    if weight_format == "fp16" and config.precision == "auto" and config.device == "CPU":
-        log.warning("fp16 weights on CPU: computing in f32 (the bf16 default crashes here)")
+    """Avoid a known crash: OpenVINO 2026.4's CPU plugin dies (SIGFPE) running fp32 or fp16
+    weights at its default bf16 compute with a single inference thread (seen on an AMX Xeon);
+    with precision ``auto`` such stages compute in f32 instead. int4/int8 stages are unaffected."""
+    if (
+        weight_format in ("fp32", "fp16")
+        and config.precision == "auto"
+        and config.device == "CPU"
+        and _single_thread(config)
+    ):
+        log.warning(
+            "%s weights on one CPU thread: computing in f32 (bf16 crashes here)", weight_format
+        )
         return replace(config, precision="f32")
     return config
 
