@@ -27,8 +27,8 @@ from common import bench_llama, ensure_export, print_figures
 PROMPT = "def parse_arguments(argv):\n    parser = argparse.ArgumentParser("
 
 
-# OpenVINO 2026.4's CPU plugin dies with SIGFPE running fp16-compressed weights at its default
-# bf16 inference precision on this (AMX) CPU; both sides of the fp16 comparison run f32 compute.
+# OpenVINO 2026.4's CPU plugin dies with SIGFPE running fp16/fp32 weights at its default
+# bf16 precision on a single thread (this benchmark is pinned to one core): fp16 runs f32 compute.
 PRECISION = {"fp16": {"INFERENCE_PRECISION_HINT": "f32"}}
 
 
