@@ -385,6 +385,7 @@ class Authorizer:
         self._file_keys: frozenset[str] = frozenset()
         self._stamp: tuple[int, int] | None = None
         self._pairing: PairingCode | None = None
+        self._ring_peers: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._reload()
 
@@ -420,6 +421,16 @@ class Authorizer:
         with self._lock:
             return public_key in self._extra or public_key in self._file_keys
 
+    def set_ring_peers(self, public_keys: Iterable[str]) -> None:
+        """The workers a trusted coordinator put before this one in its ring: they may connect
+        and pass activations on (FORWARD only), for as long as that ring stands."""
+        with self._lock:
+            self._ring_peers = frozenset(public_keys)
+
+    def is_ring_peer(self, public_key: str) -> bool:
+        with self._lock:
+            return public_key in self._ring_peers
+
     def is_allowed(self, public_key: str) -> bool:
         """The ZAP decision for a new connection from ``public_key``."""
         with self._lock:
@@ -428,6 +439,7 @@ class Authorizer:
             except KeyFileError as exc:
                 logger.error("%s; keeping the keys read before", exc)
             known = public_key in self._extra or public_key in self._file_keys
+            known = known or public_key in self._ring_peers
         return known or self.pairing_open
 
     def pair(self, public_key: str, code: str, comment: str = "") -> None:

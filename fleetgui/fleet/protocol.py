@@ -71,7 +71,10 @@ class Op(enum.IntEnum):
     STAGE_READY = 21
     PUT_CHUNK = 22  # one chunk of a shard file
     PUT_OK = 23
-    HAVE_FILES = 24
+    HAVE_FILES = 24  # meta {"files": [{"sha256", "size"}]}; the reply says which are there
+    RING = 25  # meta {"epoch", "next": {"endpoint", "public_key", "name"} | null, "peers": [key]}
+    RING_OK = 26
+    UNLOAD = 27  # drop the loaded stages
     HEARTBEAT = 30
     METRICS = 31
 
@@ -128,6 +131,10 @@ class ErrorCode(enum.StrEnum):
     BAD_FIELD = "bad_field"
     UNAUTHORIZED = "unauthorized"
     PAIRING_FAILED = "pairing_failed"
+    BAD_HASH = "bad_hash"  # a received file does not match its sha256: send it again
+    MISSING_FILES = "missing_files"  # meta "missing": [sha256]: deploy them first
+    NOT_LOADED = "not_loaded"  # no stages loaded, or another ring epoch
+    STAGE_FAILED = "stage_failed"  # inference failed on the worker
     INTERNAL = "internal"
 
 
@@ -494,11 +501,21 @@ def _head_from(meta: Any, extra: tuple[np.ndarray, ...]) -> HeadOp | None:
 
 
 def encode_forward(
-    request: ForwardRequest, *, request_id: int = 0, limits: Limits = DEFAULT_LIMITS
+    request: ForwardRequest,
+    *,
+    request_id: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
+    extra_meta: Mapping[str, Any] | None = None,
 ) -> list[FrameLike]:
-    """The frames of a FORWARD message carrying ``request`` (K+1 positions are one tensor)."""
+    """The frames of a FORWARD message carrying ``request`` (K+1 positions are one tensor).
+    ``extra_meta`` adds transport fields (ring epoch, timings so far)."""
     head, extra = _head_meta(request.head)
-    meta = {"rewind": request.rewind, "compact": request.compact, "head": head}
+    meta = {
+        **(extra_meta or {}),
+        "rewind": request.rewind,
+        "compact": request.compact,
+        "head": head,
+    }
     tensors = (np.asarray(request.payload), *extra)
     return encode(
         Message(Op.FORWARD, request.stream_id, request_id, meta=meta, tensors=tensors), limits
@@ -535,7 +552,11 @@ def decode_forward(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS)
 
 
 def encode_result(
-    result: ForwardResult, *, request_id: int = 0, limits: Limits = DEFAULT_LIMITS
+    result: ForwardResult,
+    *,
+    request_id: int = 0,
+    limits: Limits = DEFAULT_LIMITS,
+    extra_meta: Mapping[str, Any] | None = None,
 ) -> list[FrameLike]:
     """The frames of a RESULT message carrying ``result``."""
     named = [("payload", result.payload), ("logits", result.logits)]
@@ -546,6 +567,7 @@ def encode_result(
         "accepted": int(result.accepted),
         "compute_ms": {str(int(k)): float(v) for k, v in result.compute_ms.items()},
         "tensors": roles,
+        **(extra_meta or {}),
     }
     return encode(
         Message(Op.RESULT, result.stream_id, request_id, meta=meta, tensors=tensors), limits
@@ -562,19 +584,25 @@ def result_from_message(message: Message) -> ForwardResult:
     ):
         raise _bad("tensors", f"bad tensor roles {roles!r} for {len(message.tensors)} tensors")
     arrays = dict(zip(roles, message.tensors, strict=True))
-    timings = message.meta.get("compute_ms")
-    if not isinstance(timings, dict) or not all(
-        k.isascii() and k.isdigit() and len(k) < 6 for k in timings
-    ):
-        raise _bad("compute_ms", "need an object of stage index -> milliseconds")
     return ForwardResult(
         message.stream_id,
         arrays.get("payload"),
         _ints(message.meta, "tokens"),
         _int(message.meta, "accepted", 0, 2**31),
         arrays.get("logits"),
-        {int(k): _float(timings, k, 0) for k in timings},
+        compute_ms_from(message.meta),
     )
+
+
+def compute_ms_from(meta: Mapping[str, Any]) -> dict[int, float]:
+    """The checked ``compute_ms`` field (stage index -> milliseconds); empty if absent in a
+    FORWARD, required in a RESULT."""
+    timings = meta.get("compute_ms", {})
+    if not isinstance(timings, dict) or not all(
+        isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 6 for k in timings
+    ):
+        raise _bad("compute_ms", "need an object of stage index -> milliseconds")
+    return {int(k): _float(timings, k, 0) for k in timings}
 
 
 def decode_result(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> ForwardResult:

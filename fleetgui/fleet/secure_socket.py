@@ -127,11 +127,12 @@ class _Authenticator(AsyncioAuthenticator):
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A message from an authorized coordinator."""
+    """A message from an authorized coordinator, or a FORWARD from a ring peer."""
 
     peer: bytes  # ROUTER routing id: pass it back to send()
     client_key: str  # the sender's CURVE public key
     message: Message
+    from_coordinator: bool = True  # False: the previous worker of the ring (FORWARD only)
 
 
 class SecureServer:
@@ -196,7 +197,10 @@ class SecureServer:
         if message.op is Op.PAIR:
             await self._pair(peer, key, address, message)
             return None
-        if not self.authorizer.is_authorized(key):
+        coordinator = self.authorizer.is_authorized(key)
+        if not coordinator and message.op is Op.FORWARD and self.authorizer.is_ring_peer(key):
+            return Incoming(peer, key, message, from_coordinator=False)
+        if not coordinator:
             logger.warning(
                 "%s: refused %s from unpaired key %s at %s",
                 self.name,

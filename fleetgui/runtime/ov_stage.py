@@ -143,6 +143,10 @@ class LocalStage(Stage):
             self._streams[stream_id] = slot
         return slot
 
+    def stream_ids(self) -> list[int]:
+        """The streams that hold state on this stage."""
+        return list(self._streams)
+
     def mask_of(self, stream_id: int) -> StreamMask:
         return self._slot(stream_id).mask
 

@@ -1,0 +1,365 @@
+"""The worker agent: serves paired coordinators over the encrypted protocol.
+
+One asyncio loop does everything; OpenVINO computes asynchronously and compiling runs in a
+thread, so heartbeats are answered while a stage works or loads. Requests:
+
+* HELLO: who this worker is and what it has loaded.
+* HAVE_FILES / PUT_CHUNK: shard files, resumable, checked by sha256 (:mod:`blob_store`).
+* LOAD_STAGE / UNLOAD: compile the stages a coordinator assigned (:mod:`hosted_stages`).
+* RING: the ring this worker is part of: its epoch, the next worker (or none: results go back
+  to the coordinator that sent RING) and the previous worker's key, which may then send FORWARD.
+  A new ring drops every stream's state; FORWARDs of an older epoch are dropped, so a message
+  still travelling from before a failover never touches a rebuilt cache.
+* FORWARD: run the hosted stages, then pass the activations to the next worker, or send the
+  head's RESULT to the coordinator. Errors go straight to the coordinator.
+* RESET / RELEASE: a stream's state. HEARTBEAT: liveness and load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from fleetgui.fleet.blob_store import BlobError, BlobStore
+from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
+from fleetgui.fleet.keys import Authorizer, KeyPair
+from fleetgui.fleet.protocol import (
+    ErrorCode,
+    Flags,
+    Message,
+    Op,
+    ProtocolError,
+    compute_ms_from,
+    encode,
+    encode_forward,
+    encode_result,
+    error_message,
+    request_from_message,
+)
+from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, SecureServer
+from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.stage import StageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker agent runs."""
+
+    name: str  # shown to coordinators
+    cache_dir: Path  # shard files (blobs/, partial/, stages/)
+    device: str = "CPU"  # OpenVINO device for stages
+    threads: int = 0  # OpenVINO inference threads; 0: the plugin's default
+    precision: str = "auto"  # f32 | bf16 | f16 | auto
+    connect_timeout_s: float = 10.0  # to the next worker of the ring
+
+
+class WorkerAgent:
+    """Serves one worker's stages (see module doc). ``info`` returns the worker's HELLO record."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        identity: KeyPair,
+        authorizer: Authorizer,
+        info: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.authorizer = authorizer
+        self.server = SecureServer(identity, authorizer, name=config.name)
+        self.store = BlobStore(config.cache_dir)
+        self._info = info or (lambda: {"name": config.name})
+        self.hosted: HostedStages | None = None
+        self.epoch = 0
+        self._coordinator: bytes | None = None  # routing id of the coordinator of the ring
+        self._next: SecureClient | None = None
+        self._compute = asyncio.Lock()  # one stage computation at a time, in arrival order
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loading: asyncio.Task[None] | None = None
+        self.forwards = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.hosted is not None
+
+    async def bind(self, endpoint: str) -> str:
+        return await self.server.bind(endpoint)
+
+    async def serve(self) -> None:
+        """Handle requests until cancelled."""
+        while True:
+            incoming = await self.server.recv()
+            try:
+                self._dispatch(incoming)
+            except Exception:  # one bad request must not stop the worker
+                log.exception("failed to handle %s", incoming.message.op.name)
+                await self._reply_error(incoming, ErrorCode.INTERNAL, "internal error; see log")
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._next is not None:
+            self._next.close()
+        self.server.close()
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _dispatch(self, incoming: Incoming) -> None:
+        op = incoming.message.op
+        handler = {
+            Op.FORWARD: self._forward,
+            Op.HELLO: self._hello,
+            Op.HEARTBEAT: self._heartbeat,
+            Op.HAVE_FILES: self._have_files,
+            Op.PUT_CHUNK: self._put_chunk,
+            Op.LOAD_STAGE: self._load_stage,
+            Op.UNLOAD: self._unload,
+            Op.RING: self._ring,
+            Op.RESET: self._stream_op,
+            Op.RELEASE: self._stream_op,
+        }.get(op)
+        if handler is None:
+            self._spawn(self._reply_error(incoming, ErrorCode.BAD_OP, f"{op.name} not served"))
+            return
+        self._spawn(handler(incoming))
+
+    async def _reply(self, incoming: Incoming, op: Op, meta: dict[str, Any] | None = None) -> None:
+        message = Message(
+            op, incoming.message.stream_id, incoming.message.request_id, meta=meta or {}
+        )
+        await self.server.send(incoming.peer, encode(message))
+
+    async def _reply_error(
+        self, incoming: Incoming, code: ErrorCode, text: str, **meta: Any
+    ) -> None:
+        message = error_message(
+            code, text, stream_id=incoming.message.stream_id, request_id=incoming.message.request_id
+        )
+        if meta:
+            message = replace(message, meta={**message.meta, **meta})
+        await self.server.send(incoming.peer, encode(message))
+
+    # -- control ------------------------------------------------------------------------------
+
+    def _status(self) -> dict[str, Any]:
+        hosted = self.hosted
+        return {
+            "epoch": self.epoch,
+            "model_id": hosted.spec.model_id if hosted else None,
+            "stages": list(hosted.spec.indices) if hosted else [],
+            "streams": len(hosted.stages[0].stream_ids()) if hosted else 0,
+            "forwards": self.forwards,
+            "free_ram_bytes": int(psutil.virtual_memory().available),
+        }
+
+    async def _hello(self, incoming: Incoming) -> None:
+        await self._reply(incoming, Op.HELLO_OK, {"info": self._info(), **self._status()})
+
+    async def _heartbeat(self, incoming: Incoming) -> None:
+        await self._reply(incoming, Op.HEARTBEAT, self._status())
+
+    async def _have_files(self, incoming: Incoming) -> None:
+        files = incoming.message.meta.get("files")
+        if not isinstance(files, list) or len(files) > 100_000:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, "'files' must be a list")
+            return
+        have: list[str] = []
+        received: dict[str, int] = {}
+        try:
+            for entry in files:
+                sha, size = str(entry["sha256"]), int(entry["size"])
+                if await asyncio.to_thread(self.store.has, sha, size):
+                    have.append(sha)
+                elif (held := self.store.received(sha)) > 0:
+                    received[sha] = held
+        except (BlobError, KeyError, TypeError, ValueError) as exc:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, f"bad file entry: {exc}")
+            return
+        await self._reply(incoming, Op.HAVE_FILES, {"have": have, "received": received})
+
+    async def _put_chunk(self, incoming: Incoming) -> None:
+        message = incoming.message
+        meta = message.meta
+        try:
+            if len(message.tensors) != 1 or message.tensors[0].dtype.itemsize != 1:
+                raise BlobError("a chunk is one tensor of bytes")
+            sha, size, offset = str(meta["sha256"]), int(meta["size"]), int(meta["offset"])
+            held = self.store.write_chunk(sha, size, offset, message.tensors[0].data)
+            complete = bool(message.flags & Flags.FINAL)
+            if complete:
+                await asyncio.to_thread(self.store.finish, sha, size)
+        except BlobError as exc:
+            code = ErrorCode.BAD_HASH if "damaged" in str(exc) else ErrorCode.BAD_FIELD
+            await self._reply_error(incoming, code, str(exc), received=self.store.received(sha))
+            return
+        except (KeyError, TypeError, ValueError) as exc:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, f"bad chunk: {exc!r}")
+            return
+        await self._reply(incoming, Op.PUT_OK, {"received": held, "complete": complete})
+
+    async def _load_stage(self, incoming: Incoming) -> None:
+        try:
+            spec = LoadSpec.from_meta(incoming.message.meta)
+        except StageSpecError as exc:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, str(exc))
+            return
+        if self.hosted is not None and self.hosted.spec == spec:
+            await self._reply(incoming, Op.STAGE_READY, {"compile_s": 0.0, "reused": True})
+            return
+        missing = [f.sha256 for f in spec.files if not self.store.has(f.sha256, f.size)]
+        if missing:
+            text = f"{len(missing)} shard file(s) are missing or damaged: deploy them first"
+            await self._reply_error(incoming, ErrorCode.MISSING_FILES, text, missing=missing)
+            return
+        config = StageConfig(
+            device=self.config.device or spec.device,
+            threads=self.config.threads or spec.threads,
+            precision=spec.precision if self.config.precision == "auto" else self.config.precision,
+        )
+        started = time.perf_counter()
+        async with self._compute:
+            await self._drop_hosted()
+            try:
+                hosted = await asyncio.to_thread(HostedStages.load, spec, self.store, config)
+            except BlobError as exc:
+                await self._reply_error(incoming, ErrorCode.MISSING_FILES, str(exc), missing=[])
+                return
+            except Exception as exc:  # OpenVINO compile errors: tell the coordinator why
+                log.exception("loading stages %s failed", list(spec.indices))
+                text = f"could not load stages {list(spec.indices)}: {exc}"
+                await self._reply_error(incoming, ErrorCode.STAGE_FAILED, text)
+                return
+            self.hosted = hosted
+        meta = {"compile_s": time.perf_counter() - started, "reused": False}
+        await self._reply(incoming, Op.STAGE_READY, meta)
+
+    async def _drop_hosted(self) -> None:
+        if self.hosted is not None:
+            await self.hosted.route.close()
+            self.hosted = None
+
+    async def _unload(self, incoming: Incoming) -> None:
+        async with self._compute:
+            await self._drop_hosted()
+        self._set_next(None)
+        self.authorizer.set_ring_peers(())
+        await self._reply(incoming, Op.STAGE_READY, {"unloaded": True})
+
+    def _set_next(self, client: SecureClient | None) -> None:
+        if self._next is not None:
+            self._next.close()
+        self._next = client
+
+    async def _ring(self, incoming: Incoming) -> None:
+        meta = incoming.message.meta
+        epoch, nxt, peers = meta.get("epoch"), meta.get("next"), meta.get("peers", [])
+        if not isinstance(epoch, int) or not isinstance(peers, list) or len(peers) > 64:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, "RING needs 'epoch' and 'peers'")
+            return
+        self.epoch = epoch  # from now on, FORWARDs of older epochs are dropped
+        self._coordinator = incoming.peer
+        self.authorizer.set_ring_peers(str(p) for p in peers)
+        client: SecureClient | None = None
+        if nxt is not None:
+            try:
+                client = SecureClient(
+                    self.identity, str(nxt["public_key"]), name=str(nxt.get("name", "next"))
+                )
+                await client.connect(str(nxt["endpoint"]), self.config.connect_timeout_s)
+            except (ConnectError, KeyError, TypeError, ValueError) as exc:
+                if client is not None:
+                    client.close()
+                await self._reply_error(
+                    incoming, ErrorCode.BAD_FIELD, f"cannot reach the next worker: {exc}"
+                )
+                return
+        self._set_next(client)
+        async with self._compute:
+            if self.hosted is not None:
+                await self.hosted.release_all()
+        log.info("ring epoch %d: next %s", epoch, nxt["name"] if nxt else "the coordinator")
+        await self._reply(incoming, Op.RING_OK, {"epoch": epoch})
+
+    async def _stream_op(self, incoming: Incoming) -> None:
+        stream_id = incoming.message.stream_id
+        async with self._compute:
+            if self.hosted is not None:
+                if incoming.message.op is Op.RESET:
+                    await self.hosted.route.reset(stream_id)
+                else:
+                    await self.hosted.route.release(stream_id)
+        await self._reply(incoming, incoming.message.op)
+
+    # -- the ring -----------------------------------------------------------------------------
+
+    async def _forward(self, incoming: Incoming) -> None:
+        message = incoming.message
+        epoch = message.meta.get("epoch")
+        if epoch != self.epoch or self.hosted is None:
+            log.debug("dropping a FORWARD of epoch %s (now %d)", epoch, self.epoch)
+            return
+        try:
+            request = request_from_message(message)
+            timings = compute_ms_from(message.meta)
+        except ProtocolError as exc:
+            await self._to_coordinator(
+                error_message(exc.code, str(exc), request_id=message.request_id)
+            )
+            return
+        async with self._compute:
+            hosted = self.hosted
+            if epoch != self.epoch or hosted is None:
+                return
+            try:
+                result = await hosted.route.run(request)
+            except StageError as exc:
+                text = f"worker {self.config.name!r}: {exc}"
+                reply = error_message(ErrorCode.STAGE_FAILED, text, request_id=message.request_id)
+                await self._to_coordinator(reply)
+                return
+            self.forwards += 1
+        timings.update(result.compute_ms)
+        result.compute_ms = timings
+        extra = {"epoch": epoch}
+        if hosted.is_last or self._next is None:  # end of the ring, or a hub
+            await self._to_coordinator_frames(
+                encode_result(result, request_id=message.request_id, extra_meta=extra)
+            )
+            return
+        if result.payload is None:
+            raise StageError(f"worker {self.config.name!r}: its stages returned no hidden states")
+        onward = replace(request, payload=result.payload)
+        extra["compute_ms"] = {str(k): v for k, v in timings.items()}
+        frames = encode_forward(onward, request_id=message.request_id, extra_meta=extra)
+        try:
+            await self._next.send(frames)
+        except Exception as exc:
+            text = f"worker {self.config.name!r} cannot pass activations on: {exc}"
+            await self._to_coordinator(
+                error_message(ErrorCode.INTERNAL, text, request_id=message.request_id)
+            )
+
+    async def _to_coordinator(self, message: Message) -> None:
+        await self._to_coordinator_frames(encode(message))
+
+    async def _to_coordinator_frames(self, frames: list[Any]) -> None:
+        if self._coordinator is None:
+            log.warning("no coordinator to send a result to")
+            return
+        with contextlib.suppress(Exception):
+            await self.server.send(self._coordinator, frames)

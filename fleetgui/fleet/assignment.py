@@ -1,0 +1,173 @@
+"""Which worker runs which exported stages: pure functions over plain data.
+
+The export fixes the stage boundaries; a worker runs one or more consecutive stages, and the
+ring visits workers in order. The coordinator runs the first stage(s).
+
+* :func:`initial_assignment` spreads the remote stages over the workers in the order given
+  (``--workers A,B``), balancing layers; workers beyond the number of stages are spares.
+* :func:`failover_assignment` moves a lost worker's stages with as little reloading as
+  possible: to a spare that has the memory, else to a neighbour that has it, else to the
+  coordinator; if nobody has the memory it says which layers have nowhere to go and how much
+  memory is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleetgui.errors import FleetguiError
+
+MEMORY_OVERHEAD = 1.25  # compiled stage + KV + activations, relative to its weight files
+GB = 1e9
+
+
+class AssignmentError(FleetguiError):
+    """The stages cannot be placed on the fleet; the message says what is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageUnit:
+    """An exported stage as the assignment sees it."""
+
+    index: int
+    start_layer: int
+    end_layer: int
+    weight_bytes: int
+
+    @property
+    def need_bytes(self) -> int:
+        return int(self.weight_bytes * MEMORY_OVERHEAD)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A worker in the ring and the stages it runs (consecutive indices)."""
+
+    name: str
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Stages per participant: the coordinator's, then the ring's workers in order."""
+
+    local: tuple[int, ...]
+    members: tuple[Member, ...]
+    spares: tuple[str, ...] = ()
+
+    def indices_of(self, name: str) -> tuple[int, ...]:
+        for member in self.members:
+            if member.name == name:
+                return member.indices
+        return ()
+
+
+def _layers(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
+    by_index = {u.index: u for u in units}
+    return sum(by_index[i].end_layer - by_index[i].start_layer for i in indices)
+
+
+def _bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
+    by_index = {u.index: u for u in units}
+    return sum(by_index[i].need_bytes for i in indices)
+
+
+def _layer_text(units: Sequence[StageUnit], indices: Sequence[int]) -> str:
+    by_index = {u.index: u for u in units}
+    return f"layers {by_index[indices[0]].start_layer}-{by_index[indices[-1]].end_layer - 1}"
+
+
+def initial_assignment(
+    units: Sequence[StageUnit], workers: Sequence[str], *, local_stages: int = 1
+) -> Assignment:
+    """Stage 0 (``local_stages`` of them) on the coordinator, the rest split over ``workers``
+    in order, as evenly by layers as contiguous groups allow."""
+    if not 0 <= local_stages <= len(units):
+        raise AssignmentError(f"the coordinator cannot run {local_stages} of {len(units)} stages")
+    remote = [u.index for u in units[local_stages:]]
+    if remote and not workers:
+        raise AssignmentError(
+            f"{len(remote)} stage(s) need a worker: give --workers, or export with --stages 1"
+        )
+    used = min(len(workers), len(remote))
+    groups = _even_groups(units, remote, used)
+    members = tuple(Member(w, tuple(g)) for w, g in zip(workers, groups, strict=False))
+    return Assignment(tuple(range(local_stages)), members, tuple(workers[used:]))
+
+
+def _even_groups(units: Sequence[StageUnit], indices: list[int], parts: int) -> list[list[int]]:
+    """``indices`` cut into ``parts`` contiguous non-empty groups minimising the largest
+    group's layer count (exact, by dynamic programming)."""
+    if parts == 0:
+        return []
+    n = len(indices)
+    sizes = [_layers(units, [i]) for i in indices]
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for p in range(1, parts + 1):
+        for end in range(p, n + 1):
+            for start in range(p - 1, end):
+                cost = max(best[p - 1][start], prefix[end] - prefix[start])
+                if cost < best[p][end]:
+                    best[p][end], cut[p][end] = cost, start
+    groups: list[list[int]] = []
+    end = n
+    for p in range(parts, 0, -1):
+        start = cut[p][end]
+        groups.append(indices[start:end])
+        end = start
+    return groups[::-1]
+
+
+def failover_assignment(
+    current: Assignment,
+    units: Sequence[StageUnit],
+    lost: str,
+    free_bytes: dict[str, int],
+    *,
+    coordinator_free_bytes: int = 0,
+) -> Assignment:
+    """A new assignment without ``lost`` (see module doc). ``free_bytes`` is each live worker's
+    available memory (spares included); a member's own stages are already counted in it."""
+    position = next((i for i, m in enumerate(current.members) if m.name == lost), None)
+    if position is None:  # a spare was lost: nothing to move
+        return Assignment(
+            current.local, current.members, tuple(s for s in current.spares if s != lost)
+        )
+    moving = current.members[position].indices
+    need = _bytes(units, moving)
+    others = [m for m in current.members if m.name != lost]
+    spares = [s for s in current.spares if s != lost]
+    for spare in spares:
+        if free_bytes.get(spare, 0) >= need:
+            members = list(current.members)
+            members[position] = Member(spare, moving)
+            return Assignment(current.local, tuple(members), tuple(s for s in spares if s != spare))
+    candidates: list[tuple[int, int]] = []  # (-free, member position) for neighbours that fit
+    for neighbour in (position - 1, position + 1):
+        if 0 <= neighbour < len(current.members):
+            name = current.members[neighbour].name
+            if free_bytes.get(name, 0) >= need:
+                candidates.append((-free_bytes[name], neighbour))
+    if candidates:
+        _, chosen = min(candidates)
+        members = list(current.members)
+        merged = tuple(sorted(members[chosen].indices + moving))
+        members[chosen] = Member(members[chosen].name, merged)
+        del members[position]
+        return Assignment(current.local, tuple(members), tuple(spares))
+    if position == 0 and coordinator_free_bytes >= need:
+        return Assignment(tuple(sorted(current.local + moving)), tuple(others), tuple(spares))
+    best_free = max([free_bytes.get(m.name, 0) for m in others] + [0])
+    raise AssignmentError(
+        f"{_layer_text(units, moving)} of worker {lost!r} have nowhere to go: they need "
+        f"{need / GB:.2f} GB and the most any remaining PC has free is {best_free / GB:.2f} GB "
+        f"({(need - best_free) / GB:.2f} GB missing). Add a PC, or export with smaller weights "
+        "(--weights int4)."
+    )

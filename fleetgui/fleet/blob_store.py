@@ -1,0 +1,188 @@
+"""The worker's shard file cache: files stored by their sha256, written in resumable chunks.
+
+Layout under the cache folder::
+
+    blobs/<sha256>            complete files whose hash was checked
+    partial/<sha256>.part     a file being received (resumes at its current size)
+    stages/<key>/<path>       a loaded stage's files, hard links into blobs/ (copies if the
+                              file system has no hard links), named as in the export
+
+A file moves from ``partial/`` to ``blobs/`` only after its sha256 matched, by an atomic rename,
+so a half-written shard is never loaded. A blob is hashed again before it is loaded unless it
+is unchanged (same size, mtime and inode) since it was last hashed, so a file damaged on disk is
+caught and sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from fleetgui.errors import FleetguiError
+from fleetgui.fsutil import atomic_write_text, sha256_file
+
+log = logging.getLogger(__name__)
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+VERIFIED_FILE = "verified.json"
+MAX_FILE_BYTES = 1 << 40  # 1 TiB: larger announced sizes are refused before any disk is used
+
+
+class BlobError(FleetguiError):
+    """A shard file could not be stored or does not match its hash."""
+
+
+@dataclass(frozen=True, slots=True)
+class WantedFile:
+    """A file of a stage: where it goes in the stage folder and what it must hash to."""
+
+    path: str  # relative, forward slashes, as in the manifest
+    sha256: str
+    size: int
+
+
+def check_sha(sha256: str) -> str:
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise BlobError(f"{sha256!r} is not a sha256 hex digest")
+    return sha256
+
+
+def check_relative(path: str) -> PurePosixPath:
+    """A manifest path that stays inside the stage folder."""
+    pure = PurePosixPath(path)
+    if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path or ":" in path:
+        raise BlobError(f"file path {path!r} is not a plain relative path")
+    return pure
+
+
+class BlobStore:
+    """Content-addressed files for one worker (see module doc). Not thread-safe: one agent."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.blobs = self.root / "blobs"
+        self.partial = self.root / "partial"
+        self.stages = self.root / "stages"
+        for folder in (self.blobs, self.partial, self.stages):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._verified_path = self.root / VERIFIED_FILE
+        self._verified = self._load_verified()
+
+    # -- verification stamps ------------------------------------------------------------------
+
+    def _load_verified(self) -> dict[str, list[int]]:
+        try:
+            data = json.loads(self._verified_path.read_text(encoding="utf-8"))
+            return {k: list(v) for k, v in data.items() if isinstance(v, list)}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    @staticmethod
+    def _stamp(path: Path) -> list[int]:
+        info = path.stat()
+        return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+    def _remember(self, sha256: str, path: Path) -> None:
+        self._verified[sha256] = self._stamp(path)
+        atomic_write_text(self._verified_path, json.dumps(self._verified))
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.blobs / check_sha(sha256)
+
+    def has(self, sha256: str, size: int) -> bool:
+        """Whether a good copy of the file is here; a damaged copy is deleted."""
+        path = self.blob_path(sha256)
+        if not path.is_file():
+            return False
+        if path.stat().st_size == size and self._verified.get(sha256) == self._stamp(path):
+            return True
+        if path.stat().st_size == size and sha256_file(path) == sha256:
+            self._remember(sha256, path)
+            return True
+        log.warning("cached shard file %s is damaged; it will be received again", sha256[:12])
+        path.unlink()
+        self._verified.pop(sha256, None)
+        return False
+
+    def received(self, sha256: str) -> int:
+        """Bytes of the file received so far (0 if none): where a resumed upload starts."""
+        part = self.partial / f"{check_sha(sha256)}.part"
+        return part.stat().st_size if part.is_file() else 0
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write_chunk(self, sha256: str, size: int, offset: int, data: memoryview | bytes) -> int:
+        """Append ``data`` at ``offset`` of the partial file; returns the bytes now held.
+
+        ``offset`` must be where the partial file ends (the sender resumes from
+        :meth:`received`); anything else is refused so no gap or overlap is ever written.
+        """
+        check_sha(sha256)
+        if not 0 < size <= MAX_FILE_BYTES:
+            raise BlobError(f"file size {size} is out of range")
+        current = self.received(sha256)
+        if offset != current:
+            raise BlobError(f"chunk at offset {offset}, but {current} bytes are held: resume there")
+        if current + len(data) > size:
+            raise BlobError(f"chunk runs past the announced size {size}")
+        free = shutil.disk_usage(self.root).free
+        if offset == 0 and size > free:
+            raise BlobError(
+                f"not enough disk for a {size / 1e9:.2f} GB shard file "
+                f"({free / 1e9:.2f} GB free in {self.root}): free some space"
+            )
+        with open(self.partial / f"{sha256}.part", "ab") as handle:
+            handle.write(data)
+        return current + len(data)
+
+    def finish(self, sha256: str, size: int) -> None:
+        """Check the received file's size and hash, then publish it atomically."""
+        part = self.partial / f"{check_sha(sha256)}.part"
+        held = self.received(sha256)
+        if held != size:
+            raise BlobError(f"file {sha256[:12]} has {held} of {size} bytes")
+        actual = sha256_file(part)
+        if actual != sha256:
+            part.unlink()
+            raise BlobError(
+                f"file {sha256[:12]} arrived damaged (its sha256 is {actual[:12]}); it was "
+                "discarded, send it again"
+            )
+        target = self.blob_path(sha256)
+        os.replace(part, target)
+        self._remember(sha256, target)
+
+    def discard_partial(self, sha256: str) -> None:
+        (self.partial / f"{check_sha(sha256)}.part").unlink(missing_ok=True)
+
+    # -- stage folders ------------------------------------------------------------------------
+
+    def materialize(self, key: str, files: Iterable[WantedFile]) -> Path:
+        """A folder holding ``files`` under their export names (links to verified blobs).
+        Raises :class:`BlobError` naming the files that are missing or damaged."""
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", key) or key in (".", ".."):
+            raise BlobError(f"stage key {key!r} is not a plain name")
+        wanted = list(files)
+        missing = [f.path for f in wanted if not self.has(f.sha256, f.size)]
+        if missing:
+            raise BlobError(f"missing or damaged shard files: {', '.join(missing)}")
+        folder = self.stages / key
+        if folder.exists():
+            shutil.rmtree(folder)
+        for entry in wanted:
+            target = folder / Path(*check_relative(entry.path).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = self.blob_path(entry.sha256)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copyfile(source, target)
+        return folder

@@ -1,0 +1,368 @@
+"""The coordinator's side of a fleet: connect workers, deploy an export, build the ring, fail over.
+
+``FleetSession`` owns one link per worker, the stages the coordinator runs itself and the current
+:class:`~fleetgui.fleet.ring_route.Ring`. ``pipeline()`` gives a ``Pipeline`` over the fleet. When
+a ring member is lost, :meth:`FleetSession.recover` (called by the route) moves its stages (see
+:mod:`assignment`), deploys and loads what changed, and sets up a new ring epoch; lost workers are
+retried in the background and rejoin as spares when they answer again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openvino as ov
+import psutil
+
+from fleetgui.errors import FleetguiError
+from fleetgui.export.manifest import Manifest, read_manifest
+from fleetgui.fleet.assignment import (
+    Assignment,
+    Member,
+    StageUnit,
+    failover_assignment,
+    initial_assignment,
+)
+from fleetgui.fleet.deploy import ProgressCallback, load_stages
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink, WorkerLostError
+from fleetgui.fleet.protocol import Message, Op
+from fleetgui.fleet.ring_route import Ring, RingRoute, RouteConfig
+from fleetgui.runtime.loader import (
+    LocalPipelineConfig,
+    context_limit_of,
+    load_draft,
+    safe_stage_config,
+)
+from fleetgui.runtime.metrics import MetricsBus, TransferTiming
+from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerEndpoint:
+    """A worker to connect to: its name, ``tcp://host:port`` and pinned public key."""
+
+    name: str
+    endpoint: str
+    public_key: str
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """How the coordinator runs a fleet."""
+
+    link: LinkConfig = field(default_factory=LinkConfig)
+    route: RouteConfig = field(default_factory=RouteConfig)
+    topology: str = "ring"  # ring | hub (hub only to compare against)
+    local_stages: int = 1  # stages the coordinator runs itself
+    local: LocalPipelineConfig = field(default_factory=LocalPipelineConfig)
+    worker_threads: int = 0  # asked of workers; a worker's own --threads wins
+    worker_precision: str = "auto"
+    rejoin_interval_s: float = 2.0  # how often a lost worker is tried again
+
+
+FleetEvent = Callable[[str, str, str], None]  # (worker name, status, reason)
+
+
+class FleetSession:
+    """A coordinator's fleet (see module doc)."""
+
+    def __init__(
+        self,
+        identity: KeyPair,
+        config: CoordinatorConfig | None = None,
+        *,
+        metrics: MetricsBus | None = None,
+        on_event: FleetEvent | None = None,
+    ) -> None:
+        self.identity = identity
+        self.config = config or CoordinatorConfig()
+        self.metrics = metrics or MetricsBus()
+        self.on_event = on_event
+        self.dispatcher = Dispatcher()
+        self.links: dict[str, WorkerLink] = {}
+        self.endpoints: dict[str, WorkerEndpoint] = {}
+        self.export_dir: Path | None = None
+        self.manifest: Manifest | None = None
+        self.assignment: Assignment | None = None
+        self.ring: Ring | None = None
+        self.route: RingRoute | None = None
+        self._local: dict[int, LocalStage] = {}
+        self._core = ov.Core()
+        self._epoch = 0
+        self._rejoin: dict[str, asyncio.Task[None]] = {}
+        self.failovers: list[str] = []
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _event(self, name: str, status: str, reason: str = "") -> None:
+        if self.on_event is not None:
+            self.on_event(name, status, reason)
+
+    async def connect(self, endpoints: Sequence[WorkerEndpoint]) -> None:
+        """Open a link to each worker (in parallel); raise naming any that cannot be reached."""
+        results = await asyncio.gather(*(self._open(e) for e in endpoints), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self.close()
+            raise failures[0]
+
+    async def _open(self, endpoint: WorkerEndpoint) -> WorkerLink:
+        link = WorkerLink(
+            endpoint.name,
+            endpoint.endpoint,
+            endpoint.public_key,
+            self.identity,
+            self.dispatcher,
+            config=self.config.link,
+            on_lost=self._on_lost,
+        )
+        try:
+            await link.open()
+        except BaseException:
+            await link.close()
+            raise
+        self.links[endpoint.name] = link
+        self.endpoints[endpoint.name] = endpoint
+        self._event(endpoint.name, "online")
+        return link
+
+    def _on_lost(self, link: WorkerLink, reason: str) -> None:
+        self._event(link.name, "lost", reason)
+        in_ring = self.ring is not None and link in self.ring.members
+        if in_ring:
+            self.dispatcher.fail_all(WorkerLostError(link.name, reason))
+        if link.name not in self._rejoin:
+            task = asyncio.get_running_loop().create_task(self._retry(link.name))
+            self._rejoin[link.name] = task
+
+    async def _retry(self, name: str) -> None:
+        """Try a lost worker again until it answers; then it is a spare."""
+        try:
+            while True:
+                await asyncio.sleep(self.config.rejoin_interval_s)
+                old = self.links.get(name)
+                if old is not None and not old.lost:
+                    return
+                try:
+                    link = WorkerLink(
+                        name,
+                        self.endpoints[name].endpoint,
+                        self.endpoints[name].public_key,
+                        self.identity,
+                        self.dispatcher,
+                        config=self.config.link,
+                        on_lost=self._on_lost,
+                    )
+                    await link.open()
+                except (FleetguiError, OSError) as exc:
+                    log.debug("worker %s still away: %s", name, exc)
+                    with contextlib.suppress(Exception):
+                        await link.close()
+                    continue
+                if old is not None:
+                    await old.close()
+                self.links[name] = link
+                if self.assignment is not None and name not in self.assignment.spares:
+                    names = {m.name for m in self.assignment.members}
+                    if name not in names:
+                        self.assignment = Assignment(
+                            self.assignment.local,
+                            self.assignment.members,
+                            (*self.assignment.spares, name),
+                        )
+                log.warning("worker %s is back; it rejoins as a spare", name)
+                self._event(name, "online", "rejoined")
+                return
+        finally:
+            self._rejoin.pop(name, None)
+
+    # -- deployment ---------------------------------------------------------------------------
+
+    def _units(self) -> list[StageUnit]:
+        if self.manifest is None:
+            raise FleetguiError("no export deployed")
+        return [
+            StageUnit(s.index, s.start_layer, s.end_layer, sum(f.size for f in s.files))
+            for s in self.manifest.stages
+        ]
+
+    async def deploy(
+        self,
+        export_dir: Path,
+        *,
+        order: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Assignment:
+        """Assign the export's stages (coordinator first, then ``order`` or the connected
+        workers), push and load them, and set up the ring."""
+        self.export_dir = Path(export_dir)
+        self.manifest = read_manifest(self.export_dir)
+        if self.manifest.layout != "stages":
+            raise FleetguiError(
+                f"{export_dir} is a monolithic export; export the model in stages to run it on "
+                "a fleet (fleetgui export MODEL --stages N)"
+            )
+        names = list(order or self.links)
+        assignment = initial_assignment(self._units(), names, local_stages=self.config.local_stages)
+        await self._apply(assignment, progress)
+        return assignment
+
+    async def _apply(self, assignment: Assignment, progress: ProgressCallback | None) -> None:
+        if self.export_dir is None or self.manifest is None:
+            raise FleetguiError("no export deployed")
+        previous = self.assignment
+        await asyncio.gather(
+            *(self._load_member(member, previous, progress) for member in assignment.members)
+        )
+        self._load_local(assignment.local)
+        self.assignment = assignment
+        self.ring = await self._setup_ring(assignment)
+        if self.route is not None:
+            self.route.ring = self.ring
+
+    async def _load_member(
+        self, member: Member, previous: Assignment | None, progress: ProgressCallback | None
+    ) -> None:
+        if previous is not None and previous.indices_of(member.name) == member.indices:
+            return  # already loaded there
+        assert self.export_dir is not None and self.manifest is not None
+        self._event(member.name, "loading", f"stages {list(member.indices)}")
+        await load_stages(
+            self.links[member.name],
+            self.export_dir,
+            self.manifest,
+            member.indices,
+            progress,
+            threads=self.config.worker_threads,
+            precision=self.config.worker_precision,
+        )
+        self._event(member.name, "busy", f"stages {list(member.indices)}")
+
+    def _load_local(self, indices: Sequence[int]) -> None:
+        assert self.export_dir is not None and self.manifest is not None
+        config = safe_stage_config(self.config.local.stage, self.manifest.weight_format)
+        for index in list(self._local):
+            if index not in indices:
+                del self._local[index]
+        for index in indices:
+            if index not in self._local:
+                entry = self.manifest.stages[index]
+                self._local[index] = LocalStage(
+                    index,
+                    self.manifest.shard(index),
+                    [self.export_dir / part for part in entry.model_files],
+                    config,
+                    core=self._core,
+                )
+
+    async def _setup_ring(self, assignment: Assignment) -> Ring:
+        self._epoch += 1
+        members = [self.links[m.name] for m in assignment.members]
+        hub = self.config.topology == "hub"
+        for position in range(len(members) - 1, -1, -1):
+            link = members[position]
+            nxt = None
+            if not hub and position + 1 < len(members):
+                after = members[position + 1]
+                nxt = {
+                    "endpoint": after.endpoint,
+                    "public_key": after.public_key,
+                    "name": after.name,
+                }
+            peers = [members[position - 1].public_key] if position > 0 and not hub else []
+            meta = {"epoch": self._epoch, "next": nxt, "peers": peers}
+            await link.call(Message(Op.RING, meta=meta))
+        local = tuple(self._local[i] for i in sorted(self._local))
+        log.info(
+            "ring epoch %d: coordinator stages %s, then %s",
+            self._epoch,
+            list(assignment.local),
+            ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members) or "nothing",
+        )
+        return Ring(self._epoch, local, tuple(members), self.config.topology)
+
+    # -- failover -----------------------------------------------------------------------------
+
+    async def recover(self, exc: Exception) -> Ring:
+        """Move the stages of every lost ring member and set up a new ring epoch."""
+        if self.assignment is None:
+            raise FleetguiError("nothing deployed") from exc
+        assignment = self.assignment
+        lost = [m.name for m in assignment.members if self.links[m.name].lost]
+        if not lost and isinstance(exc, WorkerLostError) and exc.worker in self.links:
+            lost = [exc.worker] if self.links[exc.worker].lost else []
+        for name in lost:
+            free = {
+                n: int(link.last_status.get("free_ram_bytes", 0))
+                for n, link in self.links.items()
+                if not link.lost
+            }
+            assignment = failover_assignment(
+                assignment,
+                self._units(),
+                name,
+                free,
+                coordinator_free_bytes=int(psutil.virtual_memory().available),
+            )
+            self.failovers.append(name)
+        # Workers that dropped out of the ring must not keep the old one's stages.
+        self.assignment = Assignment(
+            self.assignment.local,
+            tuple(m for m in self.assignment.members if m.name not in lost),
+            self.assignment.spares,
+        )
+        await self._apply(assignment, None)
+        if self.ring is None:
+            raise FleetguiError("the ring could not be rebuilt")
+        return self.ring
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def pipeline(self, *, draft_dir: Path | None = None) -> Pipeline:
+        """A ``Pipeline`` over the deployed fleet, with an optional local draft model."""
+        if self.ring is None or self.export_dir is None or self.manifest is None:
+            raise FleetguiError("deploy an export before asking for a pipeline")
+        local = self.config.local
+        tokenizer = Tokenizer(tokenizer_dir_of(self.export_dir), self._core)
+        draft = (
+            load_draft(draft_dir, self.manifest, tokenizer, local, self._core)
+            if draft_dir
+            else None
+        )
+
+        def on_hop(stream_id: int, ms: float) -> None:
+            self.metrics.emit(TransferTiming(stream_id, 0, ms))
+
+        self.route = RingRoute(
+            self.ring,
+            self.dispatcher,
+            recover=self.recover,
+            config=self.config.route,
+            on_hop=on_hop,
+        )
+        return Pipeline(
+            self.route,
+            tokenizer,
+            context_limit=context_limit_of(self.manifest, local.context_limit),
+            draft=draft,
+            prefill_chunk=local.prefill_chunk,
+            metrics=self.metrics,
+        )
+
+    async def close(self) -> None:
+        """Close every link (workers keep running and keep their loaded stages)."""
+        for task in list(self._rejoin.values()):
+            task.cancel()
+        for link in list(self.links.values()):
+            await link.close()
+        self.links.clear()

@@ -1,0 +1,221 @@
+"""The fleet's route: the coordinator's stages, then a ring of workers (or a hub, to compare).
+
+In a ring the coordinator sends one FORWARD to the first worker, each worker passes its
+activations to the next, and the last one sends the head's RESULT back: N hops per request. In a
+hub every worker answers the coordinator, which sends the activations on: 2(N-1) hops.
+
+Failover: the route keeps each stream's token sequence as the stages hold it (rewinds applied).
+When a worker is lost, the waiting requests fail; the first of them asks ``recover`` for a new
+ring (a new epoch), and every stream then rebuilds its cache by replaying its tokens through the
+new ring before its request is run again. The caller sees the same results an uninterrupted run
+gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
+from fleetgui.fleet.protocol import (
+    Message,
+    Op,
+    encode_forward,
+    raise_if_error,
+    result_from_message,
+)
+from fleetgui.fleet.secure_socket import RequestTimeoutError
+from fleetgui.runtime.route import Route
+from fleetgui.runtime.stage import ForwardRequest, ForwardResult, Stage
+
+log = logging.getLogger(__name__)
+
+REPLAY_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The participants of one epoch: the coordinator's stages, then workers in ring order."""
+
+    epoch: int
+    local: tuple[Stage, ...]
+    members: tuple[WorkerLink, ...]
+    topology: str = "ring"  # ring | hub
+
+
+Recover = Callable[[Exception], Awaitable[Ring]]
+
+
+@dataclass
+class _StreamRecord:
+    tokens: list[int] = field(default_factory=list)
+    epoch: int = -1
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """How the fleet route runs requests."""
+
+    forward_timeout_s: float = 120.0  # one request through the whole ring
+    max_recoveries: int = 3  # per request
+    replay_chunk: int = REPLAY_CHUNK  # positions per replay message
+
+
+class RingRoute(Route):
+    """Runs requests through the coordinator's stages and the worker ring (see module doc)."""
+
+    def __init__(
+        self,
+        ring: Ring,
+        dispatcher: Dispatcher,
+        *,
+        recover: Recover | None = None,
+        config: RouteConfig | None = None,
+        on_hop: Callable[[int, float], None] | None = None,
+    ) -> None:
+        if not ring.local and not ring.members:
+            raise ValueError("a route needs at least one stage")
+        self.ring = ring
+        self.dispatcher = dispatcher
+        self.recover = recover
+        self.config = config or RouteConfig()
+        self.on_hop = on_hop  # (stream, ms): a request's time in the ring minus worker compute
+        self._records: dict[int, _StreamRecord] = {}
+        self._recovering = asyncio.Lock()
+        self.recoveries = 0
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.ring.local) + sum(
+            len(m.hello.get("stages", [])) or 1 for m in self.ring.members
+        )
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, request: ForwardRequest) -> ForwardResult:
+        record = self._records.setdefault(request.stream_id, _StreamRecord(epoch=self.ring.epoch))
+        for attempt in range(self.config.max_recoveries + 1):
+            ring = self.ring
+            try:
+                if record.epoch != ring.epoch:
+                    base = record.tokens[: len(record.tokens) - request.rewind]
+                    await self._replay(ring, request.stream_id, base)
+                    record.tokens, record.epoch = base, ring.epoch
+                    request = replace(request, rewind=0, compact=False)
+                result = await self._run_once(ring, request)
+            except (WorkerLostError, RequestTimeoutError) as exc:
+                if self.recover is None or attempt == self.config.max_recoveries:
+                    raise
+                try:
+                    await self._recover(ring, exc)
+                except (WorkerLostError, RequestTimeoutError) as again:
+                    log.warning("rebuilding the ring failed (%s); trying again", again)
+                continue
+            keep = len(record.tokens) - request.rewind
+            record.tokens = record.tokens[:keep] + [int(t) for t in request.payload[0]]
+            return result
+        raise AssertionError("unreachable")
+
+    async def _recover(self, failed: Ring, exc: Exception) -> None:
+        async with self._recovering:
+            if self.ring.epoch != failed.epoch:
+                return  # another stream already rebuilt the ring
+            if self.recover is None:
+                raise exc
+            log.warning("rebuilding the ring after: %s", exc)
+            started = time.perf_counter()
+            self.ring = await self.recover(exc)
+            self.recoveries += 1
+            log.warning(
+                "ring epoch %d ready in %.1f s", self.ring.epoch, time.perf_counter() - started
+            )
+
+    async def _replay(self, ring: Ring, stream_id: int, tokens: list[int]) -> None:
+        for stage in ring.local:
+            await stage.reset(stream_id)
+        chunk = self.config.replay_chunk
+        for start in range(0, len(tokens), chunk):
+            ids = np.array([tokens[start : start + chunk]], dtype=np.int64)
+            await self._run_once(ring, ForwardRequest(stream_id, ids))
+        log.info("stream %d: replayed %d tokens into epoch %d", stream_id, len(tokens), ring.epoch)
+
+    async def _run_once(self, ring: Ring, request: ForwardRequest) -> ForwardResult:
+        compute: dict[int, float] = {}
+        current = request
+        result = ForwardResult(request.stream_id)
+        for index, stage in enumerate(ring.local):
+            last = index == len(ring.local) - 1 and not ring.members
+            result = await stage.forward(current if last else replace(current, head=None))
+            compute.update(result.compute_ms)
+            if not last:
+                if result.payload is None:
+                    raise RuntimeError(f"stage {stage.index} returned no hidden states")
+                current = replace(request, payload=result.payload)
+        if ring.members:
+            targets = [ring.members[0]] if ring.topology == "ring" else list(ring.members)
+            for position, link in enumerate(targets):
+                last = position == len(targets) - 1
+                sent = current if last else replace(current, head=None)
+                result = await self._remote(ring, link, sent, compute)
+                compute.update(result.compute_ms)
+                if not last:
+                    if result.payload is None:
+                        raise RuntimeError(f"worker {link.name} returned no hidden states")
+                    current = replace(request, payload=result.payload)
+        result.compute_ms = compute
+        return result
+
+    async def _remote(
+        self, ring: Ring, link: WorkerLink, request: ForwardRequest, compute: dict[int, float]
+    ) -> ForwardResult:
+        request_id, future = self.dispatcher.new()
+        meta = {"epoch": ring.epoch, "compute_ms": {str(k): v for k, v in compute.items()}}
+        started = time.perf_counter()
+        try:
+            await link.send(encode_forward(request, request_id=request_id, extra_meta=meta))
+            async with asyncio.timeout(self.config.forward_timeout_s):
+                message = await future
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no result from the ring within {self.config.forward_timeout_s:g} s"
+            ) from None
+        finally:
+            self.dispatcher.forget(request_id)
+        result = result_from_message(raise_if_error(message, f"the ring (epoch {ring.epoch})"))
+        if self.on_hop is not None:
+            elapsed = (time.perf_counter() - started) * 1000
+            remote = sum(ms for stage, ms in result.compute_ms.items() if stage not in compute)
+            self.on_hop(request.stream_id, max(0.0, elapsed - remote))
+        return result
+
+    # -- stream lifecycle ---------------------------------------------------------------------
+
+    async def _each_member(self, op: Op, stream_id: int) -> None:
+        for link in self.ring.members:
+            try:
+                await link.call(Message(op), stream_id=stream_id)
+            except (WorkerLostError, RequestTimeoutError) as exc:
+                log.info("%s of stream %d skipped on %s: %s", op.name, stream_id, link.name, exc)
+                self._records.setdefault(stream_id, _StreamRecord()).epoch = -1
+
+    async def reset(self, stream_id: int) -> None:
+        for stage in self.ring.local:
+            await stage.reset(stream_id)
+        record = self._records.setdefault(stream_id, _StreamRecord())
+        record.tokens, record.epoch = [], self.ring.epoch
+        await self._each_member(Op.RESET, stream_id)
+
+    async def release(self, stream_id: int) -> None:
+        for stage in self.ring.local:
+            await stage.release(stream_id)
+        self._records.pop(stream_id, None)
+        await self._each_member(Op.RELEASE, stream_id)
+
+    async def close(self) -> None:
+        for stage in self.ring.local:
+            await stage.close()

@@ -1,0 +1,135 @@
+"""Real worker processes on loopback for fleet tests: start, read the ready line, kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetgui.fleet.coordinator import WorkerEndpoint
+from fleetgui.fleet.keys import KeyPair, write_identity
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class WorkerProcess:
+    """A ``fleetgui worker`` process and what it said when ready."""
+
+    name: str
+    home: Path
+    args: list[str]
+    process: subprocess.Popen[str] | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> WorkerEndpoint:
+        return WorkerEndpoint(
+            self.name, f"tcp://127.0.0.1:{self.info['port']}", self.info["public_key"]
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.info['port']}"
+
+    def start(self) -> WorkerProcess:
+        env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fleetgui", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=open(self.home / "stderr.log", "a"),  # noqa: SIM115
+            text=True,
+            env=env,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            if line.startswith("{"):
+                record = json.loads(line)
+                if record.get("event") == "ready":
+                    self.info = record
+                    return self
+        self.stop()
+        log = (self.home / "stderr.log").read_text()
+        raise RuntimeError(f"worker {self.name} did not become ready:\n{log[-3000:]}")
+
+    def kill(self) -> None:
+        """``kill -9``: no goodbye."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM and wait; returns the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def coordinator_identity(folder: Path) -> KeyPair:
+    """A coordinator key pair in ``folder`` (like ``fleetgui keys --out``)."""
+    pair = KeyPair.generate()
+    if not (folder / "coordinator.key").exists():
+        write_identity(folder, pair)
+    from fleetgui.fleet.keys import load_identity
+
+    return load_identity(folder)
+
+
+def worker_process(
+    root: Path, name: str, authorized_keys: Path, *, port: int = 0, extra: list[str] | None = None
+) -> WorkerProcess:
+    home = root / name
+    home.mkdir(parents=True, exist_ok=True)
+    args = [
+        "worker",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--name",
+        name,
+        "--cache",
+        str(home / "cache"),
+        "--authorized-keys",
+        str(authorized_keys),
+        "--key",
+        str(home / "worker.key"),
+        "--threads",
+        "1",
+        "--precision",
+        "f32",
+        "--no-advertise",
+        "--ready-json",
+        *(extra or []),
+    ]
+    return WorkerProcess(name, home, args)
+
+
+@contextmanager
+def running_workers(
+    root: Path, names: list[str], authorized_keys: Path
+) -> Iterator[list[WorkerProcess]]:
+    workers = [worker_process(root, n, authorized_keys) for n in names]
+    try:
+        for worker in workers:
+            worker.start()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
