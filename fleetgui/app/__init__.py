@@ -1,1 +1,34 @@
-"""The Qt desktop application: widgets and their adapters over the core."""
+"""The coordinator's desktop app (``fleetgui gui``).
+
+Core objects (conversations, inference, metrics, the fleet table, settings, deployment) are
+QObjects without widgets that emit signals; the widgets in :mod:`fleetgui.app.views` only render
+them, and the main window wires both together in one ``_connect_signals()``. asyncio runs inside
+Qt's event loop through qasync, so generation, export and deployment never block the GUI thread.
+
+The fleet plugs in through small interfaces exported here: a :class:`Deployer` (deploy an export
+to the fleet and return a ``Pipeline``), a :class:`DeviceSource` (device profiles the planner
+preview uses) and :class:`FleetActions` (add a worker by address, pair one); the fleet code feeds
+worker rows to :class:`fleetgui.app.fleet_model.FleetModel` with ``upsert`` and ``mark_lost``.
+"""
+
+from fleetgui.app.deployer import (
+    DeployCancelledError,
+    Deployer,
+    DeployProgress,
+    DeployRequest,
+    DeviceSource,
+)
+from fleetgui.app.fleet_actions import FleetActions, FleetUnavailableError
+from fleetgui.app.worker_status import WorkerRow, WorkerStatus
+
+__all__ = [
+    "DeployCancelledError",
+    "DeployProgress",
+    "DeployRequest",
+    "Deployer",
+    "DeviceSource",
+    "FleetActions",
+    "FleetUnavailableError",
+    "WorkerRow",
+    "WorkerStatus",
+]

@@ -1,0 +1,165 @@
+"""Conversations as plain data: messages, per-conversation sampling settings, JSON form, and the
+prompt a conversation becomes. No Qt here."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.head import SamplingParams
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # of a saved conversation file
+USER = "user"
+ASSISTANT = "assistant"
+ROLES = (USER, ASSISTANT)
+TITLE_CHARS = 48  # a new conversation is titled with the start of its first message
+USER_PREFIX = "User: "
+ASSISTANT_PREFIX = "Assistant:"
+STOP_STRINGS = ("\nUser:",)  # the model starting the user's next turn ends its reply
+
+
+class ConversationFormatError(FleetguiError):
+    """A saved conversation file cannot be read."""
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How replies in one conversation are generated."""
+
+    temperature: float = 0.0  # 0: greedy (the same question gives the same answer)
+    top_k: int = 0  # 0: no top-k cut
+    top_p: float = 1.0  # 1: no nucleus cut
+    seed: int | None = None  # None: a fresh random seed per reply
+    max_new_tokens: int = 256  # longest reply, in tokens
+
+    def params(self) -> SamplingParams:
+        """The runtime's sampling parameters; raises ``ValueError`` naming a bad value."""
+        if self.max_new_tokens < 1:
+            raise ValueError("max new tokens must be at least 1")
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:
+        defaults = cls()
+        seed = data.get("seed")
+        return cls(
+            temperature=float(data.get("temperature", defaults.temperature)),
+            top_k=int(data.get("top_k", defaults.top_k)),
+            top_p=float(data.get("top_p", defaults.top_p)),
+            seed=int(seed) if isinstance(seed, int) else None,
+            max_new_tokens=int(data.get("max_new_tokens", defaults.max_new_tokens)),
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn. An assistant message carries how its generation ended and its figures."""
+
+    role: str  # "user" or "assistant"
+    text: str
+    created: float = field(default_factory=time.time)  # seconds since the epoch
+    finish_reason: str = ""  # assistant: eos, stop, max_tokens, context, stopped, failed
+    tokens: int = 0  # assistant: tokens generated
+    ttft_ms: float = 0.0  # assistant: time to the first token
+    tokens_per_s: float = 0.0  # assistant: decode rate
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        role = data.get("role")
+        if role not in ROLES or not isinstance(data.get("text"), str):
+            raise ConversationFormatError(f"a message has no valid role and text: {data!r:.80}")
+        return cls(
+            role=str(role),
+            text=str(data["text"]),
+            created=float(data.get("created", 0.0)),
+            finish_reason=str(data.get("finish_reason", "")),
+            tokens=int(data.get("tokens", 0)),
+            ttft_ms=float(data.get("ttft_ms", 0.0)),
+            tokens_per_s=float(data.get("tokens_per_s", 0.0)),
+        )
+
+
+@dataclass
+class Conversation:
+    """A chat: its messages in order and its own sampling settings."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    title: str = "New chat"
+    messages: list[Message] = field(default_factory=list)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+
+    def add(self, message: Message) -> int:
+        """Append ``message``; returns its index. The first user message names the chat."""
+        self.messages.append(message)
+        self.updated = time.time()
+        if message.role == USER and self.title == "New chat":
+            first_line = message.text.strip().splitlines()[0] if message.text.strip() else ""
+            self.title = first_line[:TITLE_CHARS] or "New chat"
+        return len(self.messages) - 1
+
+    def replace_last(self, message: Message) -> None:
+        self.messages[-1] = message
+        self.updated = time.time()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "id": self.id,
+            "title": self.title,
+            "created": self.created,
+            "updated": self.updated,
+            "sampling": asdict(self.sampling),
+            "messages": [asdict(m) for m in self.messages],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Conversation:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            raise ConversationFormatError("not a saved conversation (no id)")
+        if data.get("format", FORMAT_VERSION) > FORMAT_VERSION:
+            raise ConversationFormatError(
+                f"conversation {data['id']} was saved by a newer fleetgui; update fleetgui"
+            )
+        messages = data.get("messages", [])
+        if not isinstance(messages, list):
+            raise ConversationFormatError(f"conversation {data['id']}: messages is not a list")
+        sampling = data.get("sampling", {})
+        return cls(
+            id=data["id"],
+            title=str(data.get("title", "New chat")),
+            messages=[Message.from_dict(m) for m in messages if isinstance(m, dict)],
+            sampling=SamplingSettings.from_dict(sampling if isinstance(sampling, dict) else {}),
+            created=float(data.get("created", 0.0)),
+            updated=float(data.get("updated", 0.0)),
+        )
+
+
+def finished_message(text: str, reason: str, **figures: Any) -> Message:
+    """An assistant message as its generation ended."""
+    return replace(Message(ASSISTANT, text), finish_reason=reason, **figures)
+
+
+def turn_text(message: Message) -> str:
+    prefix = USER_PREFIX if message.role == USER else ASSISTANT_PREFIX + " "
+    return prefix + message.text.strip()
+
+
+def build_prompt(messages: list[Message], fits: Callable[[str], bool] | None = None) -> str:
+    """The transcript the model continues: ``User: ...`` / ``Assistant: ...`` turns ending with
+    ``Assistant:``. The oldest turns are dropped while ``fits(prompt)`` is false (the last turn
+    is always kept; the runtime then says if even that is too long)."""
+    turns = [turn_text(m) for m in messages if m.text.strip()]
+    while True:
+        prompt = "\n".join([*turns, ASSISTANT_PREFIX])
+        if fits is None or len(turns) <= 1 or fits(prompt):
+            return prompt
+        turns.pop(0)

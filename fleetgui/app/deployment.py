@@ -1,0 +1,233 @@
+"""``DeploymentController``: choose a model, export it, preview the plan, deploy, cancel.
+
+One job at a time (export, plan or deploy) runs as an asyncio task; its heavy work runs in
+executors. ``cancel`` stops the job at every step, and a cancelled job leaves nothing half-done:
+an export stays in its hidden partial folder, a deployment's pipeline is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from fleetgui.app.deployer import (
+    DeployCancelledError,
+    Deployer,
+    DeployProgress,
+    DeployRequest,
+    DeviceSource,
+)
+from fleetgui.app.errors import user_message
+from fleetgui.app.export_job import ExportJob, default_export_dir
+from fleetgui.app.inference import InferenceService
+from fleetgui.app.mode import ModeSettings
+from fleetgui.app.tasks import spawn
+from fleetgui.errors import FleetguiError
+from fleetgui.export.exporter import ExportProgress, ExportRequest
+from fleetgui.paths import shards_cache_dir
+from fleetgui.planner import Plan, PlanConfig, load_model_profile, solve
+
+log = logging.getLogger(__name__)
+
+
+class JobState(enum.Enum):
+    IDLE = "idle"
+    EXPORTING = "exporting"
+    PLANNING = "planning"
+    DEPLOYING = "deploying"
+
+
+class ModelKind(enum.Enum):
+    EXPORT = "fleetgui export"
+    HUGGINGFACE = "HuggingFace model"
+
+
+class ModelChoiceError(FleetguiError):
+    """The chosen folder is neither an export nor a HuggingFace model."""
+
+
+def model_kind(folder: Path) -> ModelKind:
+    if (folder / "manifest.json").is_file():
+        return ModelKind.EXPORT
+    if (folder / "config.json").is_file():
+        return ModelKind.HUGGINGFACE
+    raise ModelChoiceError(
+        f"{folder} is neither a fleetgui export (manifest.json) nor a HuggingFace model folder "
+        "(config.json): choose the folder that holds one of them"
+    )
+
+
+class DeploymentController(QObject):
+    """The model and deployment workflow behind the deployment view."""
+
+    model_changed = Signal(str, str)  # folder, kind
+    state_changed = Signal(str)  # JobState value
+    export_progress = Signal(int, int, str)  # step, total, message
+    export_finished = Signal(str)  # export folder
+    plan_ready = Signal(object)  # Plan
+    deploy_progress = Signal(object)  # DeployProgress
+    deployed = Signal(str)  # description of what now serves the chat
+    failed = Signal(str)  # message with the fix
+    cancelled = Signal(str)  # what was cancelled
+
+    def __init__(
+        self,
+        inference: InferenceService,
+        deployer: Deployer,
+        devices: DeviceSource,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.inference = inference
+        self.deployer = deployer
+        self.devices = devices
+        self.model_dir: Path | None = None
+        self.kind: ModelKind | None = None
+        self.plan: Plan | None = None
+        self.export_weights = "int4"
+        self.export_stages = 2
+        self.objective = "latency"
+        self.export_root = shards_cache_dir()
+        self._state = JobState.IDLE
+        self._task: asyncio.Task[Any] | None = None
+        self._export: ExportJob | None = None
+
+    @property
+    def state(self) -> JobState:
+        return self._state
+
+    def _set_state(self, state: JobState) -> None:
+        self._state = state
+        self.state_changed.emit(state.value)
+
+    # -- choosing -----------------------------------------------------------------------------
+
+    def choose_model(self, folder: Path) -> bool:
+        """Use ``folder`` (an export or an HF model); False and ``failed`` if it is neither."""
+        try:
+            kind = model_kind(Path(folder))
+        except ModelChoiceError as exc:
+            self.failed.emit(str(exc))
+            return False
+        self.model_dir, self.kind, self.plan = Path(folder), kind, None
+        self.model_changed.emit(str(folder), kind.value)
+        return True
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def _start(self, state: JobState, job: Coroutine[Any, Any, None]) -> bool:
+        if self._task is not None and not self._task.done():
+            job.close()
+            self.failed.emit(f"busy {self._state.value}: wait for it to finish or press Cancel")
+            return False
+        if self.model_dir is None:
+            job.close()
+            self.failed.emit("choose a model first: an export or a HuggingFace model folder")
+            return False
+        self._set_state(state)
+        self._task = spawn(self._guard(job), f"deployment: {state.value}")
+        return True
+
+    async def _guard(self, job: Coroutine[Any, Any, None]) -> None:
+        try:
+            await job
+        except (asyncio.CancelledError, DeployCancelledError) as exc:
+            what = self._state.value
+            log.info("%s cancelled", what)
+            self.cancelled.emit(str(exc) or f"{what} cancelled")
+        except Exception as exc:
+            self.failed.emit(user_message(exc))
+        finally:
+            self._export = None
+            self._set_state(JobState.IDLE)
+
+    async def wait(self) -> None:
+        """Until the current job (if any) has ended, however it ended."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait([task])
+
+    def cancel(self) -> None:
+        if self._export is not None:
+            self._export.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def export(self) -> bool:
+        """Export the chosen HuggingFace model (then it becomes the chosen model)."""
+        if self.kind is ModelKind.EXPORT:
+            self.failed.emit("the chosen folder is already an export: press Deploy")
+            return False
+        return self._start(JobState.EXPORTING, self._export_job())
+
+    def preview_plan(self, mode: ModeSettings | None = None) -> bool:
+        return self._start(JobState.PLANNING, self._plan_job(mode))
+
+    def deploy(self, mode: ModeSettings | None = None) -> bool:
+        """Export if needed, plan, deploy, and hand the pipeline to the inference service."""
+        return self._start(JobState.DEPLOYING, self._deploy_job(mode or self.inference.mode))
+
+    async def _export_job(self) -> None:
+        if self.model_dir is None:
+            return
+        out = default_export_dir(
+            self.model_dir, self.export_weights, self.export_stages, self.export_root
+        )
+        request = ExportRequest(
+            self.model_dir, out, stages=self.export_stages, weights=self.export_weights
+        )
+        self._export = job = ExportJob(request)
+
+        def progress(step: ExportProgress) -> None:
+            self.export_progress.emit(step.step, step.total, step.message)
+
+        await job.run(progress)
+        self.export_finished.emit(str(out))
+        self.choose_model(out)
+
+    async def _plan_job(self, mode: ModeSettings | None) -> None:
+        if self.model_dir is None:
+            return
+        model_dir = self.model_dir
+        streams = mode.streams if mode is not None and mode.concurrency > 1 else 1
+        devices = self.devices.device_profiles()
+        config = PlanConfig(objective=self.objective)
+
+        def work() -> Plan:
+            profile = load_model_profile(model_dir, streams=streams)
+            return solve(devices, profile, config)
+
+        self.plan = await asyncio.get_running_loop().run_in_executor(None, work)
+        self.plan_ready.emit(self.plan)
+
+    async def _deploy_job(self, mode: ModeSettings) -> None:
+        if self.kind is ModelKind.HUGGINGFACE:
+            self._set_state(JobState.EXPORTING)
+            await self._export_job()
+            self._set_state(JobState.DEPLOYING)
+        if self.model_dir is None:
+            return
+        if self.plan is None:
+            await self._plan_job(mode)
+        request = DeployRequest(self.model_dir, mode.draft_dir, self.plan)
+        pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
+        description = f"{self.model_dir.name} on {self.deployer.name}"
+        if request.draft_dir is not None:
+            description += f", draft {request.draft_dir.name}"
+        try:
+            await self.inference.install(pipeline, description)
+        except BaseException:
+            if self.inference.pipeline is not pipeline:
+                await asyncio.shield(pipeline.close())
+            raise
+        self.deployed.emit(description)
+
+    def report_progress(self, progress: DeployProgress) -> None:
+        """For deployers that report from elsewhere: re-emit ``progress``."""
+        self.deploy_progress.emit(progress)

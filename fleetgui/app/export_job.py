@@ -1,0 +1,64 @@
+"""Exporting a HuggingFace model from the app: in an executor thread, with progress and Cancel.
+
+Cancel takes effect at the exporter's next progress report (between steps of a stage): the
+exporter is interrupted there, its output stays in the hidden ``.NAME.partial`` folder (never
+loaded, reused by the next export of the same model) and the target folder is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from fleetgui.app.deployer import DeployCancelledError
+from fleetgui.export.exporter import ExportProgress, ExportRequest
+from fleetgui.export.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+
+class ExportJob:
+    """One export; ``run`` is awaited in the GUI loop, ``cancel`` may be called any time."""
+
+    def __init__(self, request: ExportRequest) -> None:
+        self.request = request
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    async def run(self, progress: Callable[[ExportProgress], None]) -> Manifest:
+        """Export; ``progress`` is called in the loop's thread. Raises ``DeployCancelledError``
+        when cancelled."""
+        loop = asyncio.get_running_loop()
+
+        def report(step: ExportProgress) -> None:  # in the export thread
+            if self._cancelled.is_set():
+                raise DeployCancelledError("export cancelled")
+            loop.call_soon_threadsafe(progress, step)
+
+        def work() -> Manifest:
+            from fleetgui.export.exporter import export_model
+
+            if self._cancelled.is_set():
+                raise DeployCancelledError("export cancelled")
+            return export_model(self.request, progress=report)
+
+        future = loop.run_in_executor(None, work)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self.cancel()  # the thread stops at its next step
+            raise
+
+
+def default_export_dir(model_dir: Path, weights: str, stages: int, root: Path) -> Path:
+    """Where the app puts an export of ``model_dir``: ``root/NAME-WEIGHTS-Ns``."""
+    return root / f"{Path(model_dir).name}-{weights}-{stages}s"

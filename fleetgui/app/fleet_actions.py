@@ -1,0 +1,42 @@
+"""What the user can ask of the fleet from the fleet view. The fleet package implements
+:class:`FleetActions`; until it lands, :class:`NoFleet` says so."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+
+from fleetgui.errors import FleetguiError
+
+log = logging.getLogger(__name__)
+
+
+class FleetUnavailableError(FleetguiError):
+    """This version has no fleet yet."""
+
+
+class FleetActions(ABC):
+    """User actions on workers; results show up in the ``FleetModel`` (``upsert``)."""
+
+    @abstractmethod
+    async def add_worker(self, address: str) -> None:
+        """Probe ``host:port`` and add the worker; raise a ``FleetguiError`` saying why not."""
+
+    @abstractmethod
+    async def pair(self, name: str, code: str) -> None:
+        """Pair with worker ``name`` using the one-time code it shows."""
+
+
+class NoFleet(FleetActions):
+    """No fleet in this version: every stage runs on this PC."""
+
+    MESSAGE = (
+        "fleet workers are not available in this version yet: deploy on this PC (Model & "
+        "deployment, Deploy) to run every stage here"
+    )
+
+    async def add_worker(self, address: str) -> None:
+        raise FleetUnavailableError(self.MESSAGE)
+
+    async def pair(self, name: str, code: str) -> None:
+        raise FleetUnavailableError(self.MESSAGE)

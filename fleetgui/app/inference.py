@@ -1,0 +1,232 @@
+"""``InferenceService``: owns the deployed ``Pipeline`` and runs each reply as an asyncio task in
+Qt's loop (through qasync), so the GUI thread never waits for a token.
+
+Replies are numbered requests; their text arrives as ``delta`` signals and ends with exactly one
+of ``finished``, ``stopped`` or ``failed``. Stop is cooperative (the stream ends at the next token,
+where no stage is computing) and turns into a hard cancel if no token comes within
+``HARD_STOP_S``. At most ``ModeSettings.concurrency`` replies generate at once; others queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Signal
+
+from fleetgui.app.errors import user_message
+from fleetgui.app.mode import ModeSettings
+from fleetgui.app.tasks import spawn
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.metrics import MetricEvent
+from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline, TokenDelta
+
+log = logging.getLogger(__name__)
+
+HARD_STOP_S = 3.0  # a stop that no token boundary honours within this time cancels the task
+
+
+class NoModelError(FleetguiError):
+    """A reply was asked for before a model was deployed."""
+
+
+@dataclass
+class _Request:
+    id: int
+    prompt: str
+    options: GenerationOptions
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class _Gate:
+    """A semaphore whose size can change while requests wait."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self._changed = asyncio.Condition()
+
+    async def acquire(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.active < self.limit)
+            self.active += 1
+
+    async def release(self) -> None:
+        async with self._changed:
+            self.active -= 1
+            self._changed.notify_all()
+
+    async def resize(self, limit: int) -> None:
+        async with self._changed:
+            self.limit = limit
+            self._changed.notify_all()
+
+
+class InferenceService(QObject):
+    """The app's one way to generate text."""
+
+    state_changed = Signal(str)  # "no model", "ready: <description>", "closing"
+    mode_changed = Signal(object)  # ModeSettings
+    started = Signal(int)  # request id: left the queue, generating
+    delta = Signal(int, str)  # request id, new text
+    finished = Signal(int, object)  # request id, GenerationResult
+    stopped = Signal(int)  # request id: ended by stop(); the text so far stands
+    failed = Signal(int, str)  # request id, message with the fix
+    metric = Signal(object)  # every runtime MetricEvent of the current pipeline
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pipeline: Pipeline | None = None
+        self._description = ""
+        self._unsubscribe: list[object] = []
+        self._mode = ModeSettings()
+        self._gate: _Gate | None = None  # made on first use, inside the running loop
+        self._ids = itertools.count(1)
+        self._requests: dict[int, _Request] = {}
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        return self._pipeline
+
+    @property
+    def mode(self) -> ModeSettings:
+        return self._mode
+
+    @property
+    def has_draft(self) -> bool:
+        return self._pipeline is not None and self._pipeline.draft is not None
+
+    @property
+    def state(self) -> str:
+        return f"ready: {self._description}" if self._pipeline is not None else "no model"
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._requests)
+
+    def prompt_fits(self, prompt: str, max_new_tokens: int) -> bool:
+        """Whether ``prompt`` leaves room for ``max_new_tokens`` in the model's context (True
+        without a model: the request then fails with the fix)."""
+        if self._pipeline is None:
+            return True
+        used = len(self._pipeline.tokenizer.encode(prompt))
+        return used + max_new_tokens <= self._pipeline.context_limit
+
+    def set_mode(self, mode: ModeSettings) -> None:
+        self._mode = mode
+        if self._gate is not None:
+            spawn(self._gate.resize(mode.concurrency), "resize generation gate")
+        log.info("mode: %s", mode)
+        self.mode_changed.emit(mode)
+
+    async def install(self, pipeline: Pipeline, description: str) -> None:
+        """Serve replies from ``pipeline`` from now on (after the current ones end)."""
+        await self.unload()
+        self._pipeline = pipeline
+        self._description = description
+        self._unsubscribe = [pipeline.metrics.subscribe(self._on_metric)]
+        log.info("pipeline ready: %s", description)
+        self.state_changed.emit(self.state)
+
+    async def unload(self) -> None:
+        """Stop every reply and close the pipeline."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is None:
+            return
+        self.state_changed.emit("closing")
+        for request in list(self._requests.values()):
+            self.stop(request.id)
+        tasks = [r.task for r in self._requests.values() if r.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for unsubscribe in self._unsubscribe:
+            if callable(unsubscribe):
+                unsubscribe()
+        self._unsubscribe = []
+        await pipeline.close()
+        self.state_changed.emit(self.state)
+
+    def _on_metric(self, event: MetricEvent) -> None:
+        self.metric.emit(event)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def submit(self, prompt: str, options: GenerationOptions) -> int:
+        """Queue a reply to ``prompt``; returns its request id. Problems arrive as ``failed``."""
+        request = _Request(next(self._ids), prompt, options)
+        self._requests[request.id] = request
+        request.task = spawn(self._run(request), f"reply {request.id}")
+        return request.id
+
+    def stop(self, request_id: int) -> None:
+        """End a reply at its next token (or cancel it if that takes too long)."""
+        request = self._requests.get(request_id)
+        if request is None or request.stop.is_set():
+            return
+        request.stop.set()
+        if request.task is not None:
+            task = request.task
+            loop = asyncio.get_running_loop()
+            loop.call_later(HARD_STOP_S, lambda: None if task.done() else task.cancel())
+
+    def _check(self, options: GenerationOptions) -> Pipeline:
+        if self._pipeline is None:
+            raise NoModelError(
+                "no model is deployed: open 'Model & deployment', choose an export and press Deploy"
+            )
+        if options.speculative and self._pipeline.draft is None:
+            raise NoModelError(
+                f"{self._mode.mode.label} needs a draft model: choose one under Mode and press "
+                "Deploy again, or switch the mode to PP"
+            )
+        return self._pipeline
+
+    async def _run(self, request: _Request) -> None:
+        if self._gate is None:
+            self._gate = _Gate(self._mode.concurrency)
+        gate = self._gate
+        acquired = False
+        try:
+            pipeline = self._check(request.options)
+            await gate.acquire()
+            acquired = True
+            result = None if request.stop.is_set() else await self._generate(pipeline, request)
+            if result is None:
+                self.stopped.emit(request.id)
+            else:
+                self.finished.emit(request.id, result)
+        except asyncio.CancelledError:
+            self.stopped.emit(request.id)
+        except Exception as exc:
+            log.info("reply %d failed: %s", request.id, exc)
+            self.failed.emit(request.id, user_message(exc))
+        finally:
+            self._requests.pop(request.id, None)
+            if acquired:
+                await gate.release()
+
+    async def _generate(self, pipeline: Pipeline, request: _Request) -> GenerationResult | None:
+        """Stream the reply out as signals; its result, or None if stopped first."""
+        self.started.emit(request.id)
+        result: GenerationResult | None = None
+        stream = pipeline.stream(request.prompt, request.options)
+        try:
+            async for item in stream:
+                if isinstance(item, TokenDelta):
+                    if item.text:
+                        self.delta.emit(request.id, item.text)
+                else:
+                    result = item
+                if request.stop.is_set():
+                    break
+        finally:
+            # end the generator here, at a token boundary, so its stages release the stream
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return result

@@ -1,0 +1,68 @@
+"""How the pipeline decodes: PP, PP+SD or PP+SD+MB, K and the number of concurrent streams."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetgui.app.conversation import STOP_STRINGS, SamplingSettings
+from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.speculative import check_k
+
+MAX_K = 16
+MAX_STREAMS = 16
+
+
+class Mode(enum.Enum):
+    PP = "pp"  # pipeline parallelism
+    PP_SD = "pp+sd"  # plus speculative decoding with a local draft model
+    PP_SD_MB = "pp+sd+mb"  # plus several streams interleaved across the stages
+
+    @property
+    def label(self) -> str:
+        return self.value.upper()
+
+    @property
+    def speculative(self) -> bool:
+        return self is not Mode.PP
+
+
+@dataclass(frozen=True)
+class ModeSettings:
+    """The decoding mode the user chose."""
+
+    mode: Mode = Mode.PP
+    k: int | None = None  # draft tokens per round (1-16); None: chosen automatically
+    draft_dir: Path | None = None  # draft export (one stage); used at the next deployment
+    streams: int = 2  # conversations generating at once in PP+SD+MB
+
+    def __post_init__(self) -> None:
+        if self.k is not None:
+            check_k(self.k)
+        if not 1 <= self.streams <= MAX_STREAMS:
+            raise ValueError(f"streams must be 1 to {MAX_STREAMS}, got {self.streams}")
+
+    @property
+    def concurrency(self) -> int:
+        """How many conversations may generate at once (the others wait their turn)."""
+        return self.streams if self.mode is Mode.PP_SD_MB else 1
+
+    def __str__(self) -> str:
+        text = self.mode.label
+        if self.mode.speculative:
+            text += f", K {self.k if self.k is not None else 'auto'}"
+        if self.mode is Mode.PP_SD_MB:
+            text += f", {self.streams} streams"
+        return text
+
+
+def generation_options(mode: ModeSettings, sampling: SamplingSettings) -> GenerationOptions:
+    """The runtime options for one reply; raises ``ValueError`` naming a bad setting."""
+    return GenerationOptions(
+        max_new_tokens=sampling.max_new_tokens,
+        sampling=sampling.params(),
+        stop_strings=STOP_STRINGS,
+        speculative=mode.mode.speculative,
+        k=mode.k,
+    )

@@ -1,0 +1,152 @@
+"""The app's settings (``config_dir()/settings.json``, written atomically) and its secrets (the OS
+keyring; never in the settings file)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
+from fleetgui.errors import FleetguiError
+from fleetgui.fsutil import atomic_write_text
+from fleetgui.paths import config_dir
+
+log = logging.getLogger(__name__)
+
+SETTINGS_NAME = "settings.json"
+KEYRING_SERVICE = "fleetgui"
+WEIGHTS = ("int4", "int8", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Everything the app remembers between runs (no secrets)."""
+
+    model_dir: str = ""  # last HuggingFace model folder or export chosen
+    draft_dir: str = ""  # draft export for PP+SD
+    mode: str = Mode.PP.value  # pp, pp+sd or pp+sd+mb
+    k: int = 0  # draft tokens per round; 0: auto
+    streams: int = 2  # concurrent conversations in PP+SD+MB
+    export_weights: str = "int4"  # weight format of exports made from the app
+    export_stages: int = 2  # stages of exports made from the app
+    objective: str = "latency"  # planner objective: latency or throughput
+
+    def mode_settings(self) -> ModeSettings:
+        """The mode these settings describe; invalid saved values fall back to defaults."""
+        try:
+            mode = Mode(self.mode)
+        except ValueError:
+            mode = Mode.PP
+        k = self.k if 1 <= self.k <= 16 else None
+        streams = min(max(self.streams, 1), MAX_STREAMS)
+        draft = Path(self.draft_dir) if self.draft_dir else None
+        return ModeSettings(mode, k, draft, streams)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AppSettings:
+        """Known fields of the right type are taken; anything else is ignored (and logged)."""
+        if not isinstance(data, dict):
+            return cls()
+        defaults = cls()
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data.get(f.name, getattr(defaults, f.name))
+            if type(value) is type(getattr(defaults, f.name)):
+                values[f.name] = value
+            else:
+                log.warning("settings: ignoring %s=%r (wrong type)", f.name, value)
+        return cls(**values)
+
+
+class Settings(QObject):
+    """The current ``AppSettings``; every change is saved at once."""
+
+    changed = Signal(object)  # AppSettings
+
+    def __init__(self, path: Path | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.path = Path(path) if path is not None else config_dir() / SETTINGS_NAME
+        self._values = self._load()
+
+    @property
+    def values(self) -> AppSettings:
+        return self._values
+
+    def _load(self) -> AppSettings:
+        if not self.path.is_file():
+            return AppSettings()
+        try:
+            return AppSettings.from_dict(json.loads(self.path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            log.warning("settings file %s unreadable (%s): using defaults", self.path, exc)
+            return AppSettings()
+
+    def update(self, **changes: Any) -> None:
+        """Change some settings and save them; raises ``TypeError`` for an unknown name."""
+        values = replace(self._values, **changes)
+        if values == self._values:
+            return
+        self._values = values
+        try:
+            atomic_write_text(self.path, json.dumps(asdict(values), indent=2))
+        except OSError as exc:
+            log.error("could not save settings to %s: %s", self.path, exc)
+        self.changed.emit(values)
+
+    def set_mode(self, mode: ModeSettings) -> None:
+        self.update(
+            mode=mode.mode.value,
+            k=mode.k or 0,
+            streams=mode.streams,
+            draft_dir=str(mode.draft_dir) if mode.draft_dir else "",
+        )
+
+
+class SecretError(FleetguiError):
+    """A secret could not be stored in the OS keyring."""
+
+
+class Secrets:
+    """Secrets (the coordinator's private key, pairing tokens) in the OS keyring."""
+
+    def __init__(self, service: str = KEYRING_SERVICE) -> None:
+        self.service = service
+
+    def get(self, name: str) -> str | None:
+        """The secret, or None if absent or no keyring is available (logged)."""
+        import keyring
+        from keyring.errors import KeyringError
+
+        try:
+            return keyring.get_password(self.service, name)
+        except KeyringError as exc:
+            log.warning("keyring unavailable, secret %s not read: %s", name, exc)
+            return None
+
+    def set(self, name: str, value: str) -> None:
+        import keyring
+        from keyring.errors import KeyringError
+
+        try:
+            keyring.set_password(self.service, name, value)
+        except KeyringError as exc:
+            raise SecretError(
+                f"the OS keyring refused to store {name!r} ({exc}): unlock the keyring, or on "
+                "Linux install and start a Secret Service (e.g. gnome-keyring)"
+            ) from exc
+
+    def delete(self, name: str) -> None:
+        import keyring
+        from keyring.errors import KeyringError, PasswordDeleteError
+
+        try:
+            keyring.delete_password(self.service, name)
+        except PasswordDeleteError:
+            pass
+        except KeyringError as exc:
+            log.warning("keyring unavailable, secret %s not deleted: %s", name, exc)

@@ -1,0 +1,245 @@
+"""Chat: conversation list, the conversation with its reply streaming in, sampling settings,
+send (Ctrl+Enter), stop (Esc), regenerate, copy."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fleetgui.app.chat_format import render_conversation
+from fleetgui.app.conversation import ASSISTANT, Conversation, SamplingSettings
+from fleetgui.app.theme import colors
+
+log = logging.getLogger(__name__)
+
+RENDER_INTERVAL_MS = 50  # streamed text is redrawn at most this often
+ID_ROLE = Qt.ItemDataRole.UserRole
+
+
+class ChatView(QWidget):
+    new_requested = Signal()
+    delete_requested = Signal(str)
+    selected = Signal(str)  # conversation id
+    send_requested = Signal(str, str)  # conversation id, text
+    stop_requested = Signal(str)
+    regenerate_requested = Signal(str)
+    sampling_changed = Signal(str, object)  # conversation id, SamplingSettings
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.conversation: Conversation | None = None
+        self.reply: str | None = None  # reply in progress of the shown conversation
+        # list
+        self.list = QListWidget()
+        self.list.currentItemChanged.connect(self._on_current)
+        new = QPushButton("New chat")
+        new.clicked.connect(self.new_requested.emit)
+        delete = QPushButton("Delete")
+        delete.clicked.connect(self._delete)
+        list_buttons = QHBoxLayout()
+        list_buttons.addWidget(new)
+        list_buttons.addWidget(delete)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(self.list, 1)
+        left_layout.addLayout(list_buttons)
+        self.transcript = QTextBrowser()
+        self.transcript.setOpenExternalLinks(False)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.transcript, 1)
+        right_layout.addLayout(self._build_sampling())
+        right_layout.addLayout(self._build_input())
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 3)
+        splitter.setSizes([220, 780])
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            QShortcut(QKeySequence(keys), self, self._send)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._stop)
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(RENDER_INTERVAL_MS)
+        self._render_timer.timeout.connect(self.refresh_transcript)
+        self._updating = False
+        self.set_busy(False)
+
+    def _build_sampling(self) -> QHBoxLayout:
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setToolTip("0 is greedy: the same question gives the same answer")
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setSpecialValueText("off")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 8192)
+        self.seed = QSpinBox()
+        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        sampling = QHBoxLayout()
+        for label, widget in (
+            ("temperature", self.temperature),
+            ("top-p", self.top_p),
+            ("top-k", self.top_k),
+            ("max tokens", self.max_tokens),
+            ("seed", self.seed),
+        ):
+            sampling.addWidget(QLabel(label))
+            sampling.addWidget(widget)
+            signal = getattr(widget, "valueChanged")  # noqa: B009
+            signal.connect(self._sampling_changed)
+        sampling.addStretch(1)
+        return sampling
+
+    def _build_input(self) -> QVBoxLayout:
+        self.input = QPlainTextEdit()
+        self.input.setPlaceholderText("Message (Ctrl+Enter sends, Esc stops)")
+        self.input.setMaximumHeight(110)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Ctrl+Enter")
+        self.send_button.clicked.connect(self._send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Esc")
+        self.stop_button.clicked.connect(self._stop)
+        self.regenerate_button = QPushButton("Regenerate")
+        self.regenerate_button.clicked.connect(self._regenerate)
+        self.copy_button = QPushButton("Copy reply")
+        self.copy_button.clicked.connect(self.copy_reply)
+        self.state = QLabel()
+        buttons = QHBoxLayout()
+        for widget in (self.send_button, self.stop_button, self.regenerate_button):
+            buttons.addWidget(widget)
+        buttons.addWidget(self.copy_button)
+        buttons.addWidget(self.state, 1)
+        column = QVBoxLayout()
+        column.addWidget(self.input)
+        column.addLayout(buttons)
+        return column
+
+    # -- user actions -------------------------------------------------------------------------
+
+    @property
+    def current_id(self) -> str | None:
+        return self.conversation.id if self.conversation is not None else None
+
+    def _on_current(self, item: QListWidgetItem | None) -> None:
+        if item is not None and not self._updating:
+            self.selected.emit(str(item.data(ID_ROLE)))
+
+    def _delete(self) -> None:
+        if self.current_id:
+            self.delete_requested.emit(self.current_id)
+
+    def _send(self) -> None:
+        text = self.input.toPlainText()
+        if self.current_id and text.strip():
+            self.send_requested.emit(self.current_id, text)
+
+    def _stop(self) -> None:
+        if self.current_id:
+            self.stop_requested.emit(self.current_id)
+
+    def _regenerate(self) -> None:
+        if self.current_id:
+            self.regenerate_requested.emit(self.current_id)
+
+    def copy_reply(self) -> None:
+        """Copy the selected text, or else the last reply, to the clipboard."""
+        text = self.transcript.textCursor().selectedText()
+        if not text and self.conversation is not None:
+            replies = [m.text for m in self.conversation.messages if m.role == ASSISTANT]
+            text = self.reply if self.reply else (replies[-1] if replies else "")
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+    def _sampling_changed(self) -> None:
+        if self._updating or self.current_id is None:
+            return
+        seed = self.seed.value()
+        settings = SamplingSettings(
+            temperature=round(self.temperature.value(), 3),
+            top_k=self.top_k.value(),
+            top_p=round(self.top_p.value(), 3),
+            seed=None if seed < 0 else seed,
+            max_new_tokens=self.max_tokens.value(),
+        )
+        self.sampling_changed.emit(self.current_id, settings)
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def set_conversations(self, items: list[tuple[str, str]], current: str | None) -> None:
+        """Show ``(id, title)`` items, newest first, with ``current`` selected."""
+        self._updating = True
+        try:
+            self.list.clear()
+            for conversation_id, title in reversed(items):
+                item = QListWidgetItem(title)
+                item.setData(ID_ROLE, conversation_id)
+                self.list.addItem(item)
+                if conversation_id == current:
+                    self.list.setCurrentItem(item)
+        finally:
+            self._updating = False
+
+    def show_conversation(self, conversation: Conversation | None, reply: str | None) -> None:
+        self.conversation = conversation
+        self.reply = reply
+        if conversation is not None:
+            self._updating = True
+            try:
+                s = conversation.sampling
+                self.temperature.setValue(s.temperature)
+                self.top_p.setValue(s.top_p)
+                self.top_k.setValue(s.top_k)
+                self.max_tokens.setValue(s.max_new_tokens)
+                self.seed.setValue(-1 if s.seed is None else s.seed)
+            finally:
+                self._updating = False
+        self.set_busy(reply is not None)
+        self.refresh_transcript()
+
+    def append_delta(self, conversation_id: str, text: str) -> None:
+        if conversation_id != self.current_id:
+            return
+        self.reply = (self.reply or "") + text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def clear_input(self) -> None:
+        self.input.clear()
+
+    def set_busy(self, busy: bool) -> None:
+        self.stop_button.setEnabled(busy)
+        self.send_button.setEnabled(not busy)
+        self.state.setText("writing…" if busy else "")
+
+    def refresh_transcript(self) -> None:
+        messages = self.conversation.messages if self.conversation is not None else []
+        self.transcript.setHtml(render_conversation(messages, colors(), self.reply))
+        bar = self.transcript.verticalScrollBar()
+        bar.setValue(bar.maximum())

@@ -1,0 +1,125 @@
+"""Live charts of the pipeline's metrics (pyqtgraph), with pause and PNG/CSV export."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fleetgui.app.metrics_series import CHARTS, ChartSpec, SeriesStore
+from fleetgui.app.theme import colors
+
+log = logging.getLogger(__name__)
+
+COLUMNS = 3
+
+
+class DashboardView(QWidget):
+    pause_toggled = Signal(bool)
+    csv_requested = Signal(str)  # path
+    clear_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plots: dict[str, pg.PlotWidget] = {}
+        self.curves: dict[tuple[str, str], pg.PlotDataItem] = {}
+        grid = QGridLayout()
+        for index, chart in enumerate(CHARTS):
+            plot = pg.PlotWidget(title=chart.title)
+            plot.setLabel("left", chart.unit)
+            plot.getAxis("left").enableAutoSIPrefix(False)
+            plot.setLabel("bottom", "time", "s")
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.addLegend(offset=(5, 5))
+            plot.setMinimumSize(200, 150)
+            self.plots[chart.key] = plot
+            grid.addWidget(plot, index // COLUMNS, index % COLUMNS)
+        self.pause = QPushButton("Pause")
+        self.pause.setCheckable(True)
+        self.pause.toggled.connect(self.pause_toggled.emit)
+        png = QPushButton("Export PNG…")
+        png.clicked.connect(self._ask_png)
+        csv = QPushButton("Export CSV…")
+        csv.clicked.connect(self._ask_csv)
+        clear = QPushButton("Clear")
+        clear.clicked.connect(self.clear_requested.emit)
+        self.info = QLabel("charts fill in while the model generates")
+        bar = QHBoxLayout()
+        for widget in (self.pause, png, csv, clear):
+            bar.addWidget(widget)
+        bar.addWidget(self.info, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addLayout(grid, 1)
+        self.apply_theme()
+
+    def apply_theme(self) -> None:
+        palette = colors()
+        for plot in self.plots.values():
+            plot.setBackground(palette.background)
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(palette.foreground)
+                plot.getAxis(axis).setTextPen(palette.foreground)
+        for chart in CHARTS:
+            self.plots[chart.key].setTitle(chart.title, color=palette.foreground)
+
+    def _ask_png(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save charts", "charts.png", "PNG (*.png)")
+        if path:
+            self.save_png(Path(path))
+
+    def _ask_csv(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save data", "metrics.csv", "CSV (*.csv)")
+        if path:
+            self.csv_requested.emit(path)
+
+    def save_png(self, path: Path) -> bool:
+        """Render the charts as they are shown to ``path``."""
+        saved = bool(self.grab().save(str(path), "PNG"))
+        log.info("charts %s to %s", "saved" if saved else "NOT saved", path)
+        return saved
+
+    def set_paused(self, paused: bool) -> None:
+        self.pause.blockSignals(True)
+        self.pause.setChecked(paused)
+        self.pause.setText("Resume" if paused else "Pause")
+        self.pause.blockSignals(False)
+        self.info.setText("paused: data is still recorded" if paused else "")
+
+    def _curve(self, chart: ChartSpec, name: str) -> pg.PlotDataItem:
+        curve = self.curves.get((chart.key, name))
+        if curve is None:
+            palette = colors().series
+            plot = self.plots[chart.key]
+            color = palette[len(plot.listDataItems()) % len(palette)]
+            symbol = "o" if chart.key == "ttft_ms" else None
+            curve = plot.plot(
+                name=name, pen=pg.mkPen(color, width=2), symbol=symbol, symbolBrush=color
+            )
+            self.curves[(chart.key, name)] = curve
+        return curve
+
+    def show_series(self, store: SeriesStore) -> None:
+        """Redraw every chart from ``store``."""
+        for chart in CHARTS:
+            series_list = store.series(chart)
+            if not series_list:
+                for key, curve in list(self.curves.items()):
+                    if key[0] == chart.key:
+                        self.plots[chart.key].removeItem(curve)
+                        del self.curves[key]
+                continue
+            for series in series_list:
+                self._curve(chart, series.name).setData(list(series.x), list(series.y))
+        self.info.setText(f"{store.total_points()} points")

@@ -1,0 +1,214 @@
+"""Model and deployment: choose a model or export, export it with progress, preview the plan,
+deploy with a progress bar per PC, cancel. Also holds the mode panel."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fleetgui.app.deployer import DeployProgress
+from fleetgui.app.settings import WEIGHTS
+from fleetgui.app.views.mode_panel import ModePanel
+from fleetgui.planner import Plan
+
+log = logging.getLogger(__name__)
+
+GB = 1e9
+PLAN_COLUMNS = ("#", "PC", "Layers", "Memory", "Compute / token", "Hops", "Load")
+
+
+class DeploymentView(QWidget):
+    choose_requested = Signal(str)  # folder
+    export_requested = Signal(str, int)  # weights, stages
+    preview_requested = Signal()
+    deploy_requested = Signal()
+    cancel_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        left = QVBoxLayout()
+        left.addWidget(self._build_model())
+        left.addWidget(self._build_plan(), 1)
+        layout = QHBoxLayout(self)
+        layout.addLayout(left, 3)
+        layout.addLayout(self._build_actions(), 2)
+
+    def _build_model(self) -> QGroupBox:
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("a HuggingFace model folder or a fleetgui export")
+        self.folder.returnPressed.connect(lambda: self.choose_requested.emit(self.folder.text()))
+        browse = QPushButton("Choose folder…")
+        browse.clicked.connect(self._browse)
+        self.kind = QLabel("no model chosen")
+        row = QHBoxLayout()
+        row.addWidget(self.folder, 1)
+        row.addWidget(browse)
+        self.weights = QComboBox()
+        self.weights.addItems(WEIGHTS)
+        self.stages = QSpinBox()
+        self.stages.setRange(1, 64)
+        self.stages.setValue(2)
+        self.export_button = QPushButton("Export")
+        self.export_button.clicked.connect(
+            lambda: self.export_requested.emit(self.weights.currentText(), self.stages.value())
+        )
+        export_row = QHBoxLayout()
+        export_row.addWidget(QLabel("weights"))
+        export_row.addWidget(self.weights)
+        export_row.addWidget(QLabel("stages"))
+        export_row.addWidget(self.stages)
+        export_row.addWidget(self.export_button)
+        export_row.addStretch(1)
+        model_box = QGroupBox("Model")
+        model_form = QFormLayout(model_box)
+        model_form.addRow("Folder", row)
+        model_form.addRow("", self.kind)
+        model_form.addRow("Export", export_row)
+        return model_box
+
+    def _build_plan(self) -> QGroupBox:
+        self.plan_table = QTableWidget(0, len(PLAN_COLUMNS))
+        self.plan_table.setHorizontalHeaderLabels(PLAN_COLUMNS)
+        self.plan_table.verticalHeader().hide()
+        self.plan_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.plan_table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        self.plan_table.horizontalHeader().setStretchLastSection(True)
+        self.plan_summary = QLabel("press Preview plan to see which PC gets which layers")
+        self.plan_summary.setWordWrap(True)
+        self.left_out = QLabel()
+        self.left_out.setWordWrap(True)
+        preview = QPushButton("Preview plan")
+        preview.clicked.connect(self.preview_requested.emit)
+        plan_box = QGroupBox("Plan")
+        plan_layout = QVBoxLayout(plan_box)
+        plan_layout.addWidget(self.plan_table, 1)
+        plan_layout.addWidget(self.plan_summary)
+        plan_layout.addWidget(self.left_out)
+        plan_layout.addWidget(preview)
+        return plan_box
+
+    def _build_actions(self) -> QVBoxLayout:
+        self.status = QLabel("idle")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.workers_box = QGroupBox("Deployment progress per PC")
+        self.workers_form = QFormLayout(self.workers_box)
+        self.worker_bars: dict[str, QProgressBar] = {}
+        self.deploy_button = QPushButton("Deploy")
+        self.deploy_button.setDefault(True)
+        self.deploy_button.clicked.connect(self.deploy_requested.emit)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel_requested.emit)
+        self.ready = QLabel("nothing deployed")
+        self.ready.setWordWrap(True)
+        actions = QHBoxLayout()
+        actions.addWidget(self.deploy_button)
+        actions.addWidget(self.cancel_button)
+        actions.addWidget(self.status, 1)
+        self.mode_panel = ModePanel()
+        right = QVBoxLayout()
+        right.addWidget(self.mode_panel)
+        right.addWidget(self.workers_box)
+        right.addWidget(self.progress)
+        right.addLayout(actions)
+        right.addWidget(self.ready)
+        right.addStretch(1)
+        return right
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model or export folder")
+        if folder:
+            self.choose_requested.emit(folder)
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def on_model_changed(self, folder: str, kind: str) -> None:
+        self.folder.setText(folder)
+        self.kind.setText(f"{Path(folder).name}: {kind}")
+        self.export_button.setEnabled(kind != "fleetgui export")
+        self.plan_table.setRowCount(0)
+        self.plan_summary.setText("press Preview plan to see which PC gets which layers")
+        self.left_out.clear()
+
+    def on_state(self, state: str) -> None:
+        busy = state != "idle"
+        self.status.setText(state)
+        self.cancel_button.setEnabled(busy)
+        self.deploy_button.setEnabled(not busy)
+        self.export_button.setEnabled(not busy and not self.kind.text().endswith("export"))
+        if busy:
+            self.progress.setRange(0, 0)  # busy indicator until a step is reported
+        else:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+
+    def on_export_progress(self, step: int, total: int, message: str) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(step)
+        self.status.setText(f"exporting: {message}")
+
+    def on_plan(self, plan: Plan) -> None:
+        self.plan_table.setRowCount(len(plan.stages))
+        for index, stage in enumerate(plan.stages):
+            values = (
+                str(index),
+                stage.device,
+                f"{stage.shard.start_layer}–{stage.shard.end_layer - 1} "
+                f"({stage.shard.n_stage_layers})",
+                f"{stage.memory_bytes / GB:.2f} GB",
+                f"{stage.compute_ms:.2f} ms",
+                f"{stage.hop_in_ms + stage.hop_out_ms:.2f} ms",
+                f"{stage.load_s:.1f} s",
+            )
+            for column, value in enumerate(values):
+                self.plan_table.setItem(index, column, QTableWidgetItem(value))
+        self.plan_summary.setText(
+            f"{plan.model_id} ({plan.weight_format}): predicted {plan.predicted_tokens_per_s:.1f} "
+            f"tokens/s with {plan.streams} stream(s), {plan.predicted_ms_per_token:.2f} ms per "
+            f"token for one user. Layer times are estimates until measured."
+        )
+        self.left_out.setText(
+            "Left out: " + "; ".join(f"{x.device}: {x.reason}" for x in plan.left_out)
+            if plan.left_out
+            else "Every PC is used."
+        )
+
+    def on_deploy_progress(self, progress: DeployProgress) -> None:
+        bar = self.worker_bars.get(progress.worker)
+        if bar is None:
+            bar = self.worker_bars[progress.worker] = QProgressBar()
+            self.workers_form.addRow(progress.worker, bar)
+        bar.setRange(0, 1000)
+        bar.setValue(int(progress.fraction * 1000))
+        bar.setFormat(f"{progress.step} (%p%)")
+        self.status.setText(str(progress))
+
+    def on_deployed(self, description: str) -> None:
+        self.ready.setText(f"Ready: {description}. Open Chat to talk to it.")
+
+    def on_unloaded(self) -> None:
+        self.ready.setText("nothing deployed")

@@ -1,0 +1,126 @@
+"""Mode: PP, PP+SD or PP+SD+MB; K (1-16 or auto); the draft model; concurrent streams."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QWidget,
+)
+
+from fleetgui.app.mode import MAX_K, MAX_STREAMS, Mode, ModeSettings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTIONS = {
+    Mode.PP: "pipeline parallelism: the stages take turns on each token",
+    Mode.PP_SD: "plus speculative decoding: a draft model proposes K tokens, one pass checks them",
+    Mode.PP_SD_MB: "plus several conversations interleaved across the stages",
+}
+
+
+class ModePanel(QGroupBox):
+    mode_changed = Signal(object)  # ModeSettings
+    invalid = Signal(str)  # a setting that cannot be used, and why
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Mode", parent)
+        self.buttons: dict[Mode, QRadioButton] = {}
+        group = QButtonGroup(self)
+        modes = QHBoxLayout()
+        for mode in Mode:
+            button = QRadioButton(mode.label)
+            button.setToolTip(DESCRIPTIONS[mode])
+            group.addButton(button)
+            modes.addWidget(button)
+            self.buttons[mode] = button
+            button.toggled.connect(self._changed)
+        self.k = QSpinBox()
+        self.k.setRange(1, MAX_K)
+        self.k.setValue(4)
+        self.k_auto = QCheckBox("auto")
+        self.k_auto.setToolTip("choose K from the measured acceptance rate and stage times")
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText("draft export folder (one stage), used at the next Deploy")
+        choose = QPushButton("Choose…")
+        choose.clicked.connect(self._choose_draft)
+        draft_row = QHBoxLayout()
+        draft_row.addWidget(self.draft, 1)
+        draft_row.addWidget(choose)
+        self.streams = QSpinBox()
+        self.streams.setRange(1, MAX_STREAMS)
+        k_row = QHBoxLayout()
+        k_row.addWidget(self.k)
+        k_row.addWidget(self.k_auto)
+        k_row.addStretch(1)
+        self.description = QLabel()
+        self.description.setWordWrap(True)
+        form = QFormLayout(self)
+        form.addRow("Decoding", modes)
+        form.addRow("", self.description)
+        form.addRow("K (draft tokens)", k_row)
+        form.addRow("Draft model", draft_row)
+        form.addRow("Streams", self.streams)
+        self.k.valueChanged.connect(self._changed)
+        self.k_auto.toggled.connect(self._changed)
+        self.streams.valueChanged.connect(self._changed)
+        self.draft.editingFinished.connect(self._changed)
+        self._updating = False
+        self.set_mode(ModeSettings())
+
+    def _choose_draft(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a draft export")
+        if folder:
+            self.draft.setText(folder)
+            self._changed()
+
+    def current(self) -> ModeSettings:
+        mode = next((m for m, b in self.buttons.items() if b.isChecked()), Mode.PP)
+        draft = Path(self.draft.text().strip()) if self.draft.text().strip() else None
+        k = None if self.k_auto.isChecked() else self.k.value()
+        return ModeSettings(mode, k, draft, self.streams.value())
+
+    def _refresh(self, mode: ModeSettings) -> None:
+        speculative = mode.mode.speculative
+        self.k.setEnabled(speculative and mode.k is not None)
+        self.k_auto.setEnabled(speculative)
+        self.streams.setEnabled(mode.mode is Mode.PP_SD_MB)
+        self.description.setText(DESCRIPTIONS[mode.mode])
+
+    def _changed(self) -> None:
+        if self._updating:
+            return
+        try:
+            mode = self.current()
+        except ValueError as exc:
+            self.invalid.emit(str(exc))
+            return
+        self._refresh(mode)
+        self.mode_changed.emit(mode)
+
+    def set_mode(self, mode: ModeSettings) -> None:
+        """Show ``mode`` without emitting ``mode_changed``."""
+        self._updating = True
+        try:
+            self.buttons[mode.mode].setChecked(True)
+            self.k_auto.setChecked(mode.k is None)
+            if mode.k is not None:
+                self.k.setValue(mode.k)
+            self.streams.setValue(mode.streams)
+            self.draft.setText(str(mode.draft_dir) if mode.draft_dir else "")
+        finally:
+            self._updating = False
+        self._refresh(mode)
