@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetgui.errors import FleetguiError, NotAvailableError
+from fleetgui.errors import FleetguiError
 
 NAME = "generate"
 HELP = "generate text with a pipeline of stages (PP, PP+SD, PP+SD+MB)"
@@ -101,14 +101,15 @@ async def _generate(args: argparse.Namespace) -> int:
     from fleetgui.runtime.ov_stage import StageConfig
 
     options = _options(args)
-    if args.workers:
-        raise NotAvailableError("--workers (remote stages) is not available in this version yet")
     stage_config = StageConfig(threads=args.threads, precision=args.precision)
-    pipeline = load_local_pipeline(
-        args.export_dir,
-        draft_dir=args.draft if options.speculative else None,
-        config=LocalPipelineConfig(stage=stage_config, draft_stage=stage_config),
-    )
+    local = LocalPipelineConfig(stage=stage_config, draft_stage=stage_config)
+    draft = args.draft if options.speculative else None
+    session = None
+    if args.workers:
+        session = await _open_fleet(args, local)
+        pipeline = session.pipeline(draft_dir=draft)
+    else:
+        pipeline = load_local_pipeline(args.export_dir, draft_dir=draft, config=local)
     concurrent = args.mode == "pp+sd+mb"
     streams = max(1, args.streams if concurrent else 1)
     if concurrent and args.streams == 1:
@@ -135,8 +136,23 @@ async def _generate(args: argparse.Namespace) -> int:
                 await one(i, prompt)
     finally:
         await pipeline.close()
+        if session is not None:
+            await session.close()
     _print_results(args, results, options.speculative, time.perf_counter() - started)
     return 0
+
+
+async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
+    from fleetgui.fleet.coordinator import CoordinatorConfig
+    from fleetgui.fleet.keys import coordinator_identity, load_identity
+    from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
+
+    addresses = parse_worker_list(args.workers)
+    identity = load_identity(args.identity) if args.identity else coordinator_identity()
+    config = CoordinatorConfig(
+        local=local, worker_threads=args.threads, worker_precision=args.precision
+    )
+    return await open_fleet(args.export_dir, addresses, identity, config)
 
 
 def _print_results(

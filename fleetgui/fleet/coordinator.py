@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,7 @@ class FleetSession:
         self.on_event = on_event
         self.dispatcher = Dispatcher()
         self.links: dict[str, WorkerLink] = {}
+        self.order: list[str] = []  # workers in the order they were given: the ring's order
         self.endpoints: dict[str, WorkerEndpoint] = {}
         self.export_dir: Path | None = None
         self.manifest: Manifest | None = None
@@ -98,7 +100,7 @@ class FleetSession:
         self.route: RingRoute | None = None
         self._local: dict[int, LocalStage] = {}
         self._core = ov.Core()
-        self._epoch = 0
+        self._epoch = time.time_ns() // 1_000_000 % 2**40  # distinct from earlier sessions'
         self._rejoin: dict[str, asyncio.Task[None]] = {}
         self.failovers: list[str] = []
 
@@ -110,6 +112,7 @@ class FleetSession:
 
     async def connect(self, endpoints: Sequence[WorkerEndpoint]) -> None:
         """Open a link to each worker (in parallel); raise naming any that cannot be reached."""
+        self.order.extend(e.name for e in endpoints if e.name not in self.order)
         results = await asyncio.gather(*(self._open(e) for e in endpoints), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -140,7 +143,7 @@ class FleetSession:
         self._event(link.name, "lost", reason)
         in_ring = self.ring is not None and link in self.ring.members
         if in_ring:
-            self.dispatcher.fail_all(WorkerLostError(link.name, reason))
+            self.dispatcher.fail(WorkerLostError(link.name, reason), owner=Dispatcher.RING)
         if link.name not in self._rejoin:
             task = asyncio.get_running_loop().create_task(self._retry(link.name))
             self._rejoin[link.name] = task
@@ -212,7 +215,7 @@ class FleetSession:
                 f"{export_dir} is a monolithic export; export the model in stages to run it on "
                 "a fleet (fleetgui export MODEL --stages N)"
             )
-        names = list(order or self.links)
+        names = list(order or [n for n in self.order if n in self.links])
         assignment = initial_assignment(self._units(), names, local_stages=self.config.local_stages)
         await self._apply(assignment, progress)
         return assignment

@@ -3,8 +3,8 @@
 Every link reads its socket in one task and hands each message to a :class:`Dispatcher` shared
 by all links, keyed by request id: a FORWARD goes out on the first worker's link, and its RESULT
 comes back on the last worker's. A heartbeat every ``interval_s`` proves the worker alive; when
-none is answered for ``lost_after_s``, the link is lost and ``on_lost`` is told (without one,
-every request waiting on the fleet fails with :class:`WorkerLostError`).
+none is answered for ``lost_after_s``, the link is lost: its own requests fail with
+:class:`WorkerLostError` and ``on_lost`` is told (without one, every waiting request fails).
 """
 
 from __future__ import annotations
@@ -53,33 +53,40 @@ class LinkConfig:
 
 
 class Dispatcher:
-    """Request ids and the futures waiting for their replies, shared by a fleet's links."""
+    """Request ids and the futures waiting for their replies, shared by a fleet's links.
+
+    Each future has an owner (a link for its control requests, ``RING`` for requests through
+    the ring) so that losing one worker fails only what depended on it."""
+
+    RING = "ring"
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Message]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Message], object]] = {}
 
-    def new(self) -> tuple[int, asyncio.Future[Message]]:
+    def new(self, owner: object = RING) -> tuple[int, asyncio.Future[Message]]:
         request_id = next(self._ids)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        self._pending[request_id] = (future, owner)
         return request_id, future
 
     def forget(self, request_id: int) -> None:
         self._pending.pop(request_id, None)
 
     def resolve(self, message: Message) -> None:
-        future = self._pending.pop(message.request_id, None)
-        if future is None:
+        entry = self._pending.pop(message.request_id, None)
+        if entry is None:
             log.debug("dropping a reply to request %d nobody waits for", message.request_id)
-        elif not future.done():
-            future.set_result(message)
+        elif not entry[0].done():
+            entry[0].set_result(message)
 
-    def fail_all(self, exc: BaseException) -> None:
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(exc)
+    def fail(self, exc: BaseException, owner: object | None = None) -> None:
+        """Fail the futures of ``owner`` (None: all of them) with ``exc``."""
+        for request_id, (future, who) in list(self._pending.items()):
+            if owner is None or who is owner or who == owner:
+                del self._pending[request_id]
+                if not future.done():
+                    future.set_exception(exc)
 
 
 class WorkerLink:
@@ -128,7 +135,7 @@ class WorkerLink:
         :class:`~fleetgui.fleet.protocol.RemoteError`."""
         if self.lost:
             raise WorkerLostError(self.name, self.lost)
-        request_id, future = self.dispatcher.new()
+        request_id, future = self.dispatcher.new(owner=self)
         fields: dict[str, Any] = {"request_id": request_id}
         if stream_id is not None:
             fields["stream_id"] = stream_id
@@ -168,13 +175,14 @@ class WorkerLink:
             started = time.monotonic()
             try:
                 reply = await self.call(Message(Op.HEARTBEAT), timeout_s=lost_after)
-            except (RequestTimeoutError, FleetguiError) as exc:
-                if isinstance(exc, WorkerLostError):
+            except (RequestTimeoutError, FleetguiError):
+                if self.lost:
                     return
                 silent = time.monotonic() - self.last_seen
                 if silent >= lost_after:
                     self.mark_lost(f"no heartbeat for {silent:.1f} s")
                     return
+                await asyncio.sleep(interval)
                 continue
             self.last_status = dict(reply.meta)
             self.rtt_ms = (time.monotonic() - started) * 1000
@@ -186,10 +194,12 @@ class WorkerLink:
             return
         self.lost = reason
         log.warning("worker %s lost: %s", self.name, reason)
+        error = WorkerLostError(self.name, reason)
+        self.dispatcher.fail(error, owner=self)
         if self.on_lost is not None:
-            self.on_lost(self, reason)  # decides whether requests in flight must fail
+            self.on_lost(self, reason)  # decides whether requests through the ring must fail
         else:
-            self.dispatcher.fail_all(WorkerLostError(self.name, reason))
+            self.dispatcher.fail(error)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -1,0 +1,77 @@
+"""From ``--workers HOST:PORT,...`` to a deployed fleet: probe, pin keys, connect, deploy.
+
+Each worker's public key comes from its info probe and is pinned on first use (ssh's
+known_hosts); a worker that later offers another key is refused with an explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetgui.errors import FleetguiError
+from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.deploy import ProgressCallback
+from fleetgui.fleet.discovery import parse_address
+from fleetgui.fleet.info_probe import probe, zmq_endpoint
+from fleetgui.fleet.keys import KeyPair, KnownWorkers
+
+log = logging.getLogger(__name__)
+
+
+def parse_worker_list(text: str) -> list[tuple[str, int]]:
+    """``HOST:PORT,HOST:PORT`` as (host, port) pairs, in order, no duplicates."""
+    addresses = [parse_address(part.strip()) for part in text.split(",") if part.strip()]
+    if not addresses:
+        raise FleetguiError("--workers is empty: give HOST:PORT,HOST:PORT")
+    if len(set(addresses)) != len(addresses):
+        raise FleetguiError(f"--workers lists a worker twice: {text}")
+    return addresses
+
+
+async def resolve_workers(
+    addresses: Sequence[tuple[str, int]],
+    known: KnownWorkers | None = None,
+    *,
+    timeout_s: float = 5.0,
+) -> list[WorkerEndpoint]:
+    """Probe each worker and pin (or check) its key; raise naming any that is not usable."""
+    known = known or KnownWorkers()
+    infos = await asyncio.gather(*(probe(host, port, timeout_s) for host, port in addresses))
+    names = [info.name for info in infos]
+    if len(set(names)) != len(names):
+        raise FleetguiError(
+            f"two workers share a name ({', '.join(names)}): start each with its own --name"
+        )
+    endpoints = []
+    for info in infos:
+        if known.check(info.address, info.name, info.public_key):
+            log.warning("pinned the key of new worker %s at %s", info.name, info.address)
+        endpoints.append(
+            WorkerEndpoint(info.name, zmq_endpoint(info.host, info.port), info.public_key)
+        )
+    return endpoints
+
+
+async def open_fleet(
+    export_dir: Path,
+    addresses: Sequence[tuple[str, int]],
+    identity: KeyPair,
+    config: CoordinatorConfig | None = None,
+    *,
+    known: KnownWorkers | None = None,
+    progress: ProgressCallback | None = None,
+) -> FleetSession:
+    """A fleet session with ``export_dir`` deployed: stage 0 here, the rest on ``addresses``
+    in that order (workers beyond the stage count stay as spares)."""
+    endpoints = await resolve_workers(addresses, known)
+    session = FleetSession(identity, config)
+    await session.connect(endpoints)
+    try:
+        await session.deploy(export_dir, progress=progress)
+    except BaseException:
+        await session.close()
+        raise
+    return session

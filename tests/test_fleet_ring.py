@@ -1,0 +1,416 @@
+"""The fleet end to end: real worker processes on loopback, CURVE on, real OpenVINO stages.
+
+Distributed greedy output must be the monolithic model's, token for token, in PP, PP+SD and
+PP+SD+MB, also when a worker is killed (-9) mid-generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fleet_support import WorkerProcess, coordinator_identity, running_workers, worker_process
+from runtime_support import EXACT, export, perturbed_copy, reference_greedy
+
+from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+from fleetgui.fleet.deploy import DeployProgress, push_files, stage_files
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.protocol import Message, Op, RemoteError
+from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
+from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+pytestmark = pytest.mark.slow
+
+N_NEW = 40
+PROMPTS = ("def add(a, b):\n    return", "The old lighthouse keeper climbed the stairs")
+FAST_LINKS = LinkConfig(heartbeat_interval_s=0.25, lost_after_s=1.5)
+
+
+@pytest.fixture(scope="module")
+def fleet_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fleet")
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_models: Callable[..., Path], fleet_root: Path) -> dict[str, Path]:
+    model = tiny_models("llama")
+    close = perturbed_copy(model, fleet_root / "close", scale=0.003)
+    return {
+        "2": export(model, fleet_root / "exp-2s", stages=2),
+        "3": export(model, fleet_root / "exp-3s", stages=3),
+        "4": export(model, fleet_root / "exp-4s", stages=4),
+        "mono": export(model, fleet_root / "exp-1s", stages=1),
+        "draft": export(close, fleet_root / "draft-1s", stages=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def references(exports: dict[str, Path]) -> dict[str, list[int]]:
+    tokenizer = Tokenizer(tokenizer_dir_of(exports["2"]))
+    return {p: reference_greedy(exports["mono"], tokenizer.encode(p), N_NEW) for p in PROMPTS}
+
+
+@pytest.fixture(scope="module")
+def identity(fleet_root: Path) -> KeyPair:
+    return coordinator_identity(fleet_root / "coordinator")
+
+
+@pytest.fixture(scope="module")
+def authorized_keys(fleet_root: Path, identity: KeyPair) -> Path:
+    path = fleet_root / "authorized_keys"
+    path.write_text(f"{identity.public} test-coordinator\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def workers(fleet_root: Path, authorized_keys: Path) -> Iterator[list[WorkerProcess]]:
+    with running_workers(fleet_root, ["w1", "w2", "w3"], authorized_keys) as started:
+        yield started
+
+
+def _config() -> CoordinatorConfig:
+    return CoordinatorConfig(link=FAST_LINKS, local=EXACT, rejoin_interval_s=0.5)
+
+
+async def _session(
+    identity: KeyPair, workers: list[WorkerProcess], export_dir: Path, **deploy: object
+) -> FleetSession:
+    session = FleetSession(identity, _config())
+    await session.connect([w.endpoint for w in workers])
+    await session.deploy(export_dir, **deploy)  # type: ignore[arg-type]
+    return session
+
+
+def _greedy(mode: str) -> GenerationOptions:
+    speculative = mode != "pp"
+    return GenerationOptions(
+        max_new_tokens=N_NEW, speculative=speculative, k=3 if speculative else None
+    )
+
+
+@pytest.mark.parametrize("n_workers", [2, 3])
+@pytest.mark.parametrize("mode", ["pp", "pp+sd", "pp+sd+mb"])
+def test_fleet_greedy_matches_monolithic(
+    n_workers: int,
+    mode: str,
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    identity: KeyPair,
+    workers: list[WorkerProcess],
+) -> None:
+    export_dir = exports[str(n_workers + 1)]
+
+    async def main() -> None:
+        session = await _session(identity, workers[:n_workers], export_dir)
+        try:
+            assert [len(m.indices) for m in session.assignment.members] == [1] * n_workers
+            pipe = session.pipeline(draft_dir=exports["draft"] if mode != "pp" else None)
+            prompts = PROMPTS if mode == "pp+sd+mb" else PROMPTS[:1]
+            results = await asyncio.gather(*(pipe.complete(p, _greedy(mode)) for p in prompts))
+            for prompt, result in zip(prompts, results, strict=True):
+                assert result.token_ids == references[prompt], (mode, prompt)
+            if mode != "pp":
+                assert all(r.acceptance_rate is not None for r in results)
+        finally:
+            await session.close()
+
+    asyncio.run(main())
+
+
+async def _generate_and_kill(
+    session: FleetSession, victim: WorkerProcess, prompt: str, after_tokens: int, **options: object
+) -> GenerationResult:
+    pipe = session.pipeline(draft_dir=options.pop("draft", None))  # type: ignore[arg-type]
+    seen = 0
+    result = None
+    async for item in pipe.stream(prompt, GenerationOptions(max_new_tokens=N_NEW, **options)):  # type: ignore[arg-type]
+        if isinstance(item, GenerationResult):
+            result = item
+        else:
+            seen += 1
+            if seen == after_tokens:
+                victim.kill()
+    assert result is not None
+    return result
+
+
+def test_kill_worker_spare_takes_over(
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    identity: KeyPair,
+    fleet_root: Path,
+    authorized_keys: Path,
+) -> None:
+    """3 stages: coordinator, a, b; spare c. kill -9 b mid-generation: c takes its stage."""
+    with running_workers(fleet_root / "spare", ["a", "b", "c"], authorized_keys) as ws:
+
+        async def main() -> None:
+            session = await _session(identity, ws, exports["3"])
+            try:
+                assert session.assignment.spares == ("c",)
+                result = await _generate_and_kill(session, ws[1], PROMPTS[0], after_tokens=8)
+                assert result.token_ids == references[PROMPTS[0]]
+                assert session.failovers == ["b"]
+                assert [m.name for m in session.assignment.members] == ["a", "c"]
+            finally:
+                await session.close()
+
+        asyncio.run(main())
+
+
+def test_kill_worker_neighbour_takes_layers_and_worker_rejoins(
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    identity: KeyPair,
+    fleet_root: Path,
+    authorized_keys: Path,
+) -> None:
+    """4 stages over a, b, c with no spare; kill -9 b during PP+SD: a neighbour takes its
+    stage; b restarted on the same port and key rejoins as a spare."""
+    events: list[tuple[str, str, str]] = []
+    with running_workers(fleet_root / "merge", ["a", "b", "c"], authorized_keys) as ws:
+
+        async def main() -> None:
+            session = FleetSession(identity, _config(), on_event=lambda *e: events.append(e))
+            await session.connect([w.endpoint for w in ws])
+            await session.deploy(exports["4"])
+            try:
+                result = await _generate_and_kill(
+                    session, ws[1], PROMPTS[0], 6, speculative=True, k=3, draft=exports["draft"]
+                )
+                assert result.token_ids == references[PROMPTS[0]]
+                members = {m.name: m.indices for m in session.assignment.members}
+                assert set(members) == {"a", "c"}
+                assert sorted(members["a"] + members["c"]) == [1, 2, 3]
+                restarted = replace(ws[1], args=_same_port(ws[1]))
+                restarted.start()
+                ws[1] = restarted
+                for _ in range(40):
+                    if ("b", "online", "rejoined") in events:
+                        break
+                    await asyncio.sleep(0.25)
+                assert ("b", "lost") in [e[:2] for e in events]
+                assert ("b", "online", "rejoined") in events
+                assert "b" in session.assignment.spares
+                again = await session.pipeline().complete(PROMPTS[1], _greedy("pp"))
+                assert again.token_ids == references[PROMPTS[1]]
+            finally:
+                await session.close()
+
+        asyncio.run(main())
+
+
+def _same_port(worker: WorkerProcess) -> list[str]:
+    args = list(worker.args)
+    args[args.index("--listen") + 1] = worker.address
+    return args
+
+
+def test_unpaired_coordinator_is_refused(workers: list[WorkerProcess]) -> None:
+    async def main() -> None:
+        stranger = SecureClient(KeyPair.generate(), workers[0].info["public_key"], name="w1")
+        try:
+            with pytest.raises(WorkerRefusedKeyError, match="refused this coordinator's key"):
+                await stranger.connect(workers[0].endpoint.endpoint, timeout_s=5)
+        finally:
+            stranger.close()
+
+    asyncio.run(main())
+
+
+BAD_FRAMES = {
+    "wrong version": [b"FLGT\x09\x00" + bytes(30)],
+    "huge meta length": [
+        b"FLGT\x01\x00\x1e\x00" + bytes(16) + b"\x00\x00\x00\x00\xff\xff\xff\x7f" + bytes(4)
+    ],
+    "truncated": [b"FLGT\x01\x00\x0a"],
+    "random bytes": [bytes(np.random.default_rng(0).integers(0, 256, 200, dtype=np.uint8))],
+    "negative dims": None,  # built below: a FORWARD whose tensor descriptor has a negative dim
+}
+
+
+def _negative_dims() -> list[bytes]:
+    import struct
+
+    from fleetgui.fleet.protocol import HEADER, MAGIC, PROTOCOL_VERSION, TENSOR_DESCRIPTOR
+
+    meta = b"{}"
+    header = HEADER.pack(MAGIC, PROTOCOL_VERSION, int(Op.FORWARD), 1, 1, 0, len(meta), 1, 0)
+    descriptor = TENSOR_DESCRIPTOR.pack(3, 2, 1, -4, 0, 0)
+    return [header + meta + descriptor, struct.pack("<4f", 1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FRAMES))
+def test_malformed_frames_are_rejected_and_worker_keeps_serving(
+    case: str, workers: list[WorkerProcess], identity: KeyPair
+) -> None:
+    frames = BAD_FRAMES[case] or _negative_dims()
+
+    async def main() -> None:
+        client = SecureClient(identity, workers[0].info["public_key"], name="w1")
+        try:
+            await client.connect(workers[0].endpoint.endpoint, timeout_s=5)
+            await client.send(frames)
+            reply = await client.recv(timeout_s=5)
+            assert reply.op is Op.ERROR
+            assert reply.meta["code"] in {
+                "bad_version",
+                "too_large",
+                "truncated",
+                "bad_magic",
+                "bad_shape",
+            }
+            hello = await client.request(Message(Op.HELLO), timeout_s=5)
+            assert hello.op is Op.HELLO_OK and hello.meta["info"]["name"] == "w1"
+        finally:
+            client.close()
+
+    asyncio.run(main())
+
+
+def test_deploy_is_cached_resumable_and_resends_a_corrupted_file(
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    identity: KeyPair,
+    fleet_root: Path,
+    authorized_keys: Path,
+) -> None:
+    export_dir = exports["2"]
+    from fleetgui.export.manifest import read_manifest
+
+    manifest = read_manifest(export_dir)
+    files = stage_files(manifest, [1])
+    weights = max(files, key=lambda f: f.size)
+    worker = worker_process(fleet_root / "deploy", "d1", authorized_keys).start()
+    try:
+
+        async def main() -> None:
+            session = FleetSession(identity, _config())
+            await session.connect([worker.endpoint])
+            link = session.links["d1"]
+            try:
+                # An upload interrupted after its first chunk resumes there.
+                progress: list[DeployProgress] = []
+                first = weights.size // 3
+                data = (export_dir / weights.path).read_bytes()[:first]
+                await link.call(
+                    Message(
+                        Op.PUT_CHUNK,
+                        meta={"sha256": weights.sha256, "size": weights.size, "offset": 0},
+                        tensors=(np.frombuffer(data, np.uint8),),
+                    )
+                )
+                sent = await push_files(link, export_dir, files, progress.append, chunk_bytes=4096)
+                assert sent == sum(f.size for f in files) - first
+                assert progress[-1].sent == progress[-1].total == sent
+                # A file already there is not sent again.
+                assert await push_files(link, export_dir, files) == 0
+                # A file damaged on the worker's disk is found by its hash and sent again.
+                blob = worker.home / "cache" / "blobs" / weights.sha256
+                damaged = bytearray(blob.read_bytes())
+                damaged[len(damaged) // 2] ^= 0xFF
+                blob.write_bytes(bytes(damaged))
+                assert hashlib.sha256(blob.read_bytes()).hexdigest() != weights.sha256
+                assert await push_files(link, export_dir, files) == weights.size
+                assert hashlib.sha256(blob.read_bytes()).hexdigest() == weights.sha256
+                # Damage found when the next deployment asks is repaired the same way.
+                blob.write_bytes(bytes(damaged))
+                await session.deploy(export_dir)
+                result = await session.pipeline().complete(PROMPTS[0], _greedy("pp"))
+                assert result.token_ids == references[PROMPTS[0]]
+                # A chunk at the wrong offset is refused, nothing is written.
+                with pytest.raises(RemoteError, match="resume there"):
+                    await link.call(
+                        Message(
+                            Op.PUT_CHUNK,
+                            meta={"sha256": "ab" * 32, "size": 100, "offset": 50},
+                            tensors=(np.zeros(10, np.uint8),),
+                        )
+                    )
+            finally:
+                await session.close()
+
+        asyncio.run(main())
+    finally:
+        worker.stop()
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_generate_cli_on_workers_pins_keys(
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    workers: list[WorkerProcess],
+    fleet_root: Path,
+) -> None:
+    home = fleet_root / "cli-home"
+    identity_dir = fleet_root / "coordinator"
+    addresses = ",".join(w.address for w in workers[:2])
+    common = ["--identity", str(identity_dir), "--precision", "f32", "--threads", "1"]
+    for mode in ("pp", "pp+sd"):
+        draft = ["--draft", str(exports["draft"]), "--k", "2"] if mode != "pp" else []
+        run = _cli(
+            home,
+            "generate",
+            str(exports["3"]),
+            "--prompt",
+            PROMPTS[0],
+            "--max-new-tokens",
+            str(N_NEW),
+            "--mode",
+            mode,
+            "--workers",
+            addresses,
+            "--json",
+            *common,
+            *draft,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        record = json.loads(run.stdout.splitlines()[0])
+        assert record["token_ids"] == references[PROMPTS[0]]
+        assert set(record) >= {"text", "token_ids", "ttft_ms", "tokens_per_s"}
+    pinned = json.loads((home / "config" / "known_workers.json").read_text())["workers"]
+    assert {entry["name"] for entry in pinned.values()} == {"w1", "w2"}
+
+
+def test_generate_cli_refuses_a_changed_worker_key_and_names_a_closed_port(
+    exports: dict[str, Path], workers: list[WorkerProcess], fleet_root: Path
+) -> None:
+    home = fleet_root / "cli-changed"
+    known = home / "config" / "known_workers.json"
+    known.parent.mkdir(parents=True, exist_ok=True)
+    w1 = workers[0]
+    other = KeyPair.generate().public
+    entry = {"public_key": other, "name": "w1", "address": w1.address, "pinned_at": "x"}
+    known.write_text(json.dumps({"version": 1, "workers": {f"w1@{w1.address}": entry}}))
+    args = ["generate", str(exports["2"]), "--prompt", "x", "--max-new-tokens", "2"]
+    identity = ["--identity", str(fleet_root / "coordinator")]
+    run = _cli(home, *args, "--workers", w1.address, *identity)
+    assert run.returncode == 1
+    assert "CHANGED" in run.stderr and "known_workers.json" in run.stderr
+    closed = free_port_pair()
+    run = _cli(home, *args, "--workers", f"127.0.0.1:{closed}", *identity)
+    assert run.returncode == 1
+    assert "closed" in run.stderr.lower()
