@@ -38,3 +38,13 @@ def tiny_models(tiny_model_root: Path) -> Callable[..., Path]:
         return built[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def demo_pair_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder of the ``tiny`` demo pair (``target/``, ``draft/``, ``demo_model.json``), built
+    once per test session by ``fleetgui.demo.build_demo_pair`` (about half a minute)."""
+    from fleetgui.demo import build_demo_pair
+
+    out = tmp_path_factory.mktemp("demo_pair") / "demo-model-tiny"
+    return build_demo_pair(out, "tiny").root

@@ -1,0 +1,191 @@
+"""The build steps of a demo pair: corpus, tokenizer, target, distilled draft, measurement."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fleetgui.demo.acceptance import heldout_prompts, measure_acceptance
+from fleetgui.demo.corpus import load_corpus
+from fleetgui.demo.distill import build_distill_set, greedy_generate, train_draft
+from fleetgui.demo.progress import PhaseTracker
+from fleetgui.demo.spec import DemoSpec
+from fleetgui.demo.tokenizer import encode_files, train_tokenizer, wrap_tokenizer
+from fleetgui.demo.train import (
+    TokenStream,
+    count_parameters,
+    deterministic_torch,
+    make_llama,
+    pretrain,
+)
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
+
+#: Offsets added to ``DemoSpec.seed`` for each random stream.
+SEED_OFFSETS: dict[str, int] = {
+    "target_init": 0,
+    "target_data": 1,
+    "distill_data": 2,
+    "draft_init": 3,
+    "draft_data": 4,
+}
+
+#: Code prompt whose greedy target completion is recorded in ``demo_model.json`` (in the
+#: corpus' layout: no docstrings or comments, ``ast.unparse`` spacing).
+SAMPLE_PROMPT = (
+    "class Stack:\n"
+    "\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n"
+    "\n"
+    "    def push(self, item):\n"
+)
+SAMPLE_TOKENS = 64
+
+
+def _loss_summary(losses: list[float], steps: int) -> dict[str, Any]:
+    """First and final loss (mean of the last 10 steps) and a curve of about 50 points."""
+    every = max(1, len(losses) // 50)
+    tail = losses[-10:]
+    return {
+        "steps": steps,
+        "first_loss": round(losses[0], 4),
+        "final_loss": round(sum(tail) / len(tail), 4),
+        "loss_every": every,
+        "loss_curve": [round(x, 4) for x in losses[::every]],
+    }
+
+
+def sample_completion(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, prompt: str, tokens: int
+) -> str:
+    """The model's greedy continuation of ``prompt`` (``tokens`` new tokens, decoded)."""
+    import torch
+
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.long)
+    out = greedy_generate(model, ids, tokens, batch_size=1)
+    return str(tokenizer.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=False))
+
+
+def _software() -> dict[str, str]:
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
+
+
+def _save(out: Path, tokenizer: PreTrainedTokenizerFast, **models: LlamaForCausalLM) -> None:
+    """``save_pretrained`` each model with the tokenizer into ``out/<name>`` (float32
+    safetensors), without transformers' own progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        for name, model in models.items():
+            model.save_pretrained(str(out / name))
+            tokenizer.save_pretrained(str(out / name))
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def run_pipeline(spec: DemoSpec, out: Path, phases: PhaseTracker) -> dict[str, Any]:
+    """Build ``spec``'s pair into ``out`` (``target/`` and ``draft/``); returns the build record
+    (everything of ``demo_model.json`` except file hashes and timings)."""
+    from fleetgui.torch_env import hide_torchvision
+
+    hide_torchvision()
+    seeds = {name: spec.seed + offset for name, offset in SEED_OFFSETS.items()}
+    with phases.phase("corpus"):
+        corpus = load_corpus(spec.corpus_bytes, spec.max_file_bytes, spec.holdout_percent)
+    with phases.phase("tokenizer"):
+        backend = train_tokenizer([f.text for f in corpus.train], spec.vocab_size)
+        tokenizer = wrap_tokenizer(backend, spec.max_positions)
+        stream = TokenStream.from_files(encode_files(backend, [f.text for f in corpus.train]))
+        heldout = TokenStream.from_files(encode_files(backend, [f.text for f in corpus.heldout]))
+    log.info("corpus: %d training tokens, %d held-out tokens", len(stream), len(heldout))
+
+    with deterministic_torch(spec.threads):
+        with phases.phase("target"):
+            target = make_llama(
+                spec.target, spec.vocab_size, spec.max_positions, seeds["target_init"]
+            )
+            target_losses = pretrain(
+                target,
+                stream,
+                spec.target_train,
+                seeds["target_data"],
+                bf16=spec.bf16,
+                on_step=phases.steps("target"),
+            )
+        with phases.phase("distill-data"):
+            teacher = build_distill_set(
+                target,
+                stream,
+                spec.distill,
+                seeds["distill_data"],
+                bf16=spec.bf16,
+                on_batch=phases.batches("distill-data"),
+            )
+        with phases.phase("draft"):
+            draft = make_llama(spec.draft, spec.vocab_size, spec.max_positions, seeds["draft_init"])
+            draft_losses = train_draft(
+                draft,
+                teacher,
+                spec.distill,
+                seeds["draft_data"],
+                bf16=spec.bf16,
+                on_step=phases.steps("draft"),
+            )
+            del teacher
+        with phases.phase("acceptance"):
+            acc = spec.acceptance
+            prompts = heldout_prompts(heldout.ids, acc.num_prompts, acc.prompt_len)
+            result, _ = measure_acceptance(target, draft, prompts, acc.gen_len, max_k=acc.max_k)
+            sample = sample_completion(target, tokenizer, SAMPLE_PROMPT, SAMPLE_TOKENS)
+
+    with phases.phase("save"):
+        _save(out, tokenizer, target=target, draft=draft)
+    tokenizer_hash = hashlib.sha256((out / "target" / "tokenizer.json").read_bytes()).hexdigest()
+    return {
+        "spec": spec.to_dict(),
+        "seeds": seeds,
+        "threads": spec.threads,
+        "bf16_autocast": spec.bf16,
+        "software": _software(),
+        "corpus": {
+            **corpus.describe(),
+            "train_tokens": len(stream),
+            "heldout_tokens": len(heldout),
+        },
+        "tokenizer": {
+            "type": "byte-level BPE",
+            "vocab_size": spec.vocab_size,
+            "sha256": tokenizer_hash,
+        },
+        "parameters": {"target": count_parameters(target), "draft": count_parameters(draft)},
+        "training": {
+            "target": _loss_summary(target_losses, spec.target_train.steps),
+            "draft": _loss_summary(draft_losses, spec.distill.schedule.steps),
+        },
+        "acceptance": result.to_dict(),
+        "sample": {"prompt": SAMPLE_PROMPT, "completion": sample},
+        "determinism": (
+            "Same weights for the same Python standard library (Python version), fleetgui, "
+            "torch/transformers/tokenizers versions and CPU kernels; threads fixed, seeded "
+            "generators, torch deterministic algorithms."
+        ),
+    }

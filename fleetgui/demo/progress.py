@@ -1,0 +1,142 @@
+"""Progress of a demo model build: events for a callback (the app) and a tqdm bar (the CLI)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+#: Build phases in order, with their rough share of the build time (for an overall fraction).
+PHASE_WEIGHTS: dict[str, float] = {
+    "corpus": 0.01,
+    "tokenizer": 0.04,
+    "target": 0.60,
+    "distill-data": 0.10,
+    "draft": 0.20,
+    "acceptance": 0.03,
+    "save": 0.02,
+}
+PHASE_LABELS: dict[str, str] = {
+    "corpus": "reading stdlib sources",
+    "tokenizer": "training tokenizer",
+    "target": "training target",
+    "distill-data": "target continuations",
+    "draft": "distilling draft",
+    "acceptance": "measuring acceptance",
+    "save": "saving",
+}
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One progress report: ``done`` of ``total`` units of ``phase`` (steps, batches...)."""
+
+    phase: str
+    done: int
+    total: int
+    loss: float | None = None
+
+    @property
+    def label(self) -> str:
+        """Human-readable phase name."""
+        return PHASE_LABELS.get(self.phase, self.phase)
+
+    @property
+    def overall(self) -> float:
+        """Estimated fraction of the whole build that is done, in [0, 1]."""
+        before = 0.0
+        for phase, weight in PHASE_WEIGHTS.items():
+            if phase == self.phase:
+                share = self.done / self.total if self.total else 1.0
+                return min(1.0, before + weight * share)
+            before += weight
+        return 1.0
+
+
+#: Called with every :class:`BuildProgress`; may raise to abort the build (nothing is kept).
+ProgressCallback = Callable[[BuildProgress], None]
+
+
+class PhaseTracker:
+    """Times the build phases and forwards progress events to a callback."""
+
+    def __init__(self, progress: ProgressCallback | None) -> None:
+        self.progress = progress
+        self.times: dict[str, float] = {}
+        self.started = time.perf_counter()
+        self._totals: dict[str, int] = {}
+
+    def report(self, phase: str, done: int, total: int, loss: float | None = None) -> None:
+        """Forward one event."""
+        self._totals[phase] = total
+        if self.progress is not None:
+            self.progress(BuildProgress(phase, done, total, loss))
+
+    def steps(self, phase: str) -> Callable[[int, int, float], None]:
+        """An ``on_step(done, total, loss)`` callback reporting ``phase``."""
+        return lambda done, total, loss: self.report(phase, done, total, loss)
+
+    def batches(self, phase: str) -> Callable[[int, int], None]:
+        """An ``on_batch(done, total)`` callback reporting ``phase``."""
+        return lambda done, total: self.report(phase, done, total)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the body as phase ``name``; report its start and its end."""
+        self.report(name, 0, 1)
+        start = time.perf_counter()
+        yield
+        self.times[name] = round(time.perf_counter() - start, 2)
+        total = self._totals.get(name, 1)
+        self.report(name, total, total)
+        log.info("demo build: %s done in %.1f s", name, self.times[name])
+
+
+class TqdmProgress:
+    """A :data:`ProgressCallback` drawing one tqdm bar per phase (to stderr by default).
+
+    ``disable=None`` draws only when the file is a terminal (tqdm's rule); False always draws.
+    """
+
+    def __init__(self, file: TextIO | None = None, disable: bool | None = None) -> None:
+        self._file = file if file is not None else sys.stderr
+        self._disable = disable
+        self._bar: tqdm | None = None
+        self._phase: str | None = None
+
+    def __call__(self, event: BuildProgress) -> None:
+        from tqdm import tqdm
+
+        if event.phase != self._phase or self._bar is None:
+            self.close()
+            self._phase = event.phase
+            self._bar = tqdm(
+                total=event.total,
+                desc=f"{event.label:<22}",
+                file=self._file,
+                disable=self._disable,
+                leave=True,
+                dynamic_ncols=True,
+            )
+        bar = self._bar
+        if bar.total != event.total:
+            bar.total = event.total
+            bar.refresh()
+        if event.loss is not None:
+            bar.set_postfix(loss=f"{event.loss:.3f}", refresh=False)
+        bar.update(event.done - bar.n)
+
+    def close(self) -> None:
+        """Finish the current bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
