@@ -40,6 +40,18 @@ def qt_application(offscreen: bool = False) -> QApplication:
     return app
 
 
+def install_asyncgen_finalizer(loop: asyncio.AbstractEventLoop) -> None:
+    """Close abandoned async generators as tasks on ``loop``, as asyncio's own loops do (qasync
+    does not): a generator whose ``finally`` awaits (a pipeline stream releasing its stages)
+    would otherwise be closed synchronously by the garbage collector and skip that cleanup."""
+
+    def finalize(generator: Any) -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(loop.create_task, generator.aclose())
+
+    sys.set_asyncgen_hooks(finalizer=finalize)
+
+
 def run_in_qt_loop(
     main: Callable[[AppCore, MainWindow], Coroutine[Any, Any, T]],
     *,
@@ -52,6 +64,7 @@ def run_in_qt_loop(
     app = qt_application(offscreen)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
+    install_asyncgen_finalizer(loop)
     core = core or build_core()
     window = MainWindow(core)
 

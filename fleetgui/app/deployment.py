@@ -132,20 +132,27 @@ class DeploymentController(QObject):
             return False
         self._set_state(state)
         self._task = spawn(self._guard(job), f"deployment: {state.value}")
+        self._task.add_done_callback(self._job_done)
         return True
 
     async def _guard(self, job: Coroutine[Any, Any, None]) -> None:
         try:
             await job
-        except (asyncio.CancelledError, DeployCancelledError) as exc:
-            what = self._state.value
-            log.info("%s cancelled", what)
-            self.cancelled.emit(str(exc) or f"{what} cancelled")
+        except DeployCancelledError as exc:
+            log.info("%s cancelled", self._state.value)
+            self.cancelled.emit(str(exc))
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             self.failed.emit(user_message(exc))
-        finally:
-            self._export = None
-            self._set_state(JobState.IDLE)
+
+    def _job_done(self, task: asyncio.Task[Any]) -> None:
+        """Also runs for a task cancelled before it started."""
+        if task.cancelled():
+            log.info("%s cancelled", self._state.value)
+            self.cancelled.emit(f"{self._state.value} cancelled")
+        self._export = None
+        self._set_state(JobState.IDLE)
 
     async def wait(self) -> None:
         """Until the current job (if any) has ended, however it ended."""

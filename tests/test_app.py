@@ -1,0 +1,311 @@
+"""The desktop app, offscreen, driving the real window against a real tiny export in-process:
+deploy, chat with streamed replies, stop, regenerate, history, mode and K, charts, screenshots.
+(The fleet is not there yet: deployment is on this PC.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("qasync")
+
+import qasync
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+from runtime_support import EXACT, export, perturbed_copy
+
+from fleetgui.app.application import install_asyncgen_finalizer
+from fleetgui.app.chat_session import ChatSession
+from fleetgui.app.conversation import ASSISTANT, USER, SamplingSettings
+from fleetgui.app.core import AppCore, build_core
+from fleetgui.app.history import HistoryStore
+from fleetgui.app.local_deployer import LocalDeployer
+from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
+from fleetgui.app.mode import Mode
+from fleetgui.app.views.main_window import MainWindow
+from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.fleet.worker_info import WorkerInfo
+
+TIMEOUT_MS = 60_000
+QtBot = Any  # pytest-qt's fixture
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("app")
+    model = tiny_models("llama")
+    draft = perturbed_copy(model, work / "draft", scale=0.05)
+    return {
+        "model": model,
+        "2s": export(model, work / "2s", stages=2),
+        "draft": export(draft, work / "draft-1s", stages=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def qloop(qapp: QApplication) -> Iterator[asyncio.AbstractEventLoop]:
+    """qasync's loop on the test's QApplication: tasks run while pytest-qt waits."""
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    hooks = sys.get_asyncgen_hooks()
+    install_asyncgen_finalizer(loop)
+    yield loop
+    sys.set_asyncgen_hooks(*hooks)
+    loop.stop()
+    asyncio.events._set_running_loop(None)
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def make_window(folder: Path) -> tuple[AppCore, MainWindow]:
+    core = build_core(
+        settings_path=folder / "settings.json",
+        history_dir=folder / "chats",
+        deployer=LocalDeployer(EXACT),
+    )
+    window = MainWindow(core)
+    window.show()
+    return core, window
+
+
+def deploy(qtbot: QtBot, core: AppCore, window: MainWindow, export_dir: Path) -> None:
+    """Choose ``export_dir`` in the deployment view and press Deploy."""
+    view = window.deploy_view
+    view.folder.setText(str(export_dir))
+    view.choose_requested.emit(str(export_dir))
+    with qtbot.waitSignal(core.deployment.deployed, timeout=TIMEOUT_MS):
+        view.deploy_button.click()
+    qtbot.waitUntil(lambda: core.deployment.state.value == "idle", timeout=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def app(
+    qloop: asyncio.AbstractEventLoop, exports: dict, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[AppCore, MainWindow, Path]]:
+    folder = tmp_path_factory.mktemp("app_home")
+    core, window = make_window(folder)
+    yield core, window, folder
+    core.session.stop_all()
+    window.close()
+
+
+def new_chat(window: MainWindow, max_new_tokens: int = 24) -> str:
+    window.chat.new_requested.emit()
+    conversation = window.current_conversation
+    assert conversation is not None
+    window.core.session.set_sampling(conversation, SamplingSettings(max_new_tokens=max_new_tokens))
+    window.select_conversation(conversation)
+    return conversation
+
+
+def send_and_wait(qtbot: QtBot, window: MainWindow, text: str) -> list[str]:
+    """Type ``text`` in the chat and press Ctrl+Enter; returns the streamed reply's pieces."""
+    session = window.core.session
+    deltas: list[str] = []
+
+    def collect(_: str, piece: str) -> None:
+        deltas.append(piece)
+
+    session.reply_delta.connect(collect)
+    chat = window.chat
+    window.tabs.setCurrentWidget(chat)
+    chat.input.setPlainText(text)
+    chat.input.setFocus()
+    try:
+        with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS):
+            qtbot.keyClick(chat.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    finally:
+        session.reply_delta.disconnect(collect)
+    return deltas
+
+
+def test_without_a_model_the_chat_says_how_to_fix_it(
+    qtbot: QtBot, qloop: Any, tmp_path: Path
+) -> None:
+    core, window = make_window(tmp_path)
+    qtbot.addWidget(window)
+    conversation = core.session.new_conversation()
+    with qtbot.waitSignal(core.session.reply_failed, timeout=TIMEOUT_MS) as failed:
+        core.session.send(conversation, "hello")
+    assert "Deploy" in failed.args[1]
+    assert window.messages.isVisible() and "Deploy" in window.messages.label.text()
+    assert not core.session.is_busy(conversation)
+
+
+def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict) -> None:
+    core, window, _ = app
+    deploy(qtbot, core, window, exports["2s"])
+    assert core.inference.pipeline is not None
+    assert "ready" in window.pipeline_state.text()
+    assert core.deployment.plan is not None  # deploy planned first
+    with qtbot.waitSignal(core.deployment.plan_ready, timeout=TIMEOUT_MS):
+        window.deploy_view.preview_requested.emit()
+    assert window.deploy_view.plan_table.rowCount() == 1
+    assert "tokens/s" in window.deploy_view.plan_summary.text()
+
+    conversation = new_chat(window)
+    deltas = send_and_wait(qtbot, window, "Once upon a time")
+    messages = core.session.get(conversation).messages
+    assert [m.role for m in messages] == [USER, ASSISTANT]
+    assert len(deltas) >= 2, "the reply should arrive in several pieces"
+    assert "".join(deltas) == messages[-1].text != ""
+    assert messages[-1].tokens > 0
+    assert window.chat.input.toPlainText() == ""
+    assert "Assistant" in window.chat.transcript.toPlainText()
+
+
+def test_regenerate_replaces_the_reply(qtbot: QtBot, app: Any) -> None:
+    core, window, _ = app
+    conversation = window.current_conversation
+    before = list(core.session.get(conversation).messages)
+    with qtbot.waitSignal(core.session.reply_finished, timeout=TIMEOUT_MS):
+        window.chat.regenerate_button.click()
+    after = core.session.get(conversation).messages
+    assert len(after) == len(before)
+    assert after[-1].text == before[-1].text  # greedy: the same reply again
+    assert after[-1].created > before[-1].created
+
+
+def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
+    core, window, _ = app
+    conversation = new_chat(window, max_new_tokens=4000)
+    session = core.session
+    window.chat.input.setPlainText("Tell me a long story")
+    with qtbot.waitSignal(session.reply_delta, timeout=TIMEOUT_MS):
+        window.chat.send_button.click()
+    assert session.is_busy(conversation) and window.chat.stop_button.isEnabled()
+    with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS) as finished:
+        qtbot.keyClick(window.chat.input, Qt.Key.Key_Escape)
+    assert finished.args == [conversation, "stopped"]
+    last = session.get(conversation).messages[-1]
+    assert last.role == ASSISTANT and last.finish_reason == "stopped" and last.text
+    assert not session.is_busy(conversation) and not window.chat.stop_button.isEnabled()
+    stages = core.inference.pipeline.route.stages  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: all(not stage._streams for stage in stages))  # released
+
+
+def test_history_is_restored_by_a_new_store(app: Any) -> None:
+    core, _, folder = app
+    restored = ChatSession(core.inference, HistoryStore(folder / "chats"))
+    old = {c.id: c for c in core.session.conversations()}
+    new = {c.id: c for c in restored.conversations()}
+    assert new.keys() == old.keys() and len(new) >= 2
+    for cid, conversation in old.items():
+        assert [(m.role, m.text) for m in new[cid].messages] == [
+            (m.role, m.text) for m in conversation.messages
+        ]
+        assert new[cid].sampling == conversation.sampling
+
+
+def test_switch_mode_and_k_and_the_charts_follow(
+    qtbot: QtBot, app: Any, exports: dict, tmp_path: Path
+) -> None:
+    core, window, _ = app
+    panel = window.mode_panel
+    panel.draft.setText(str(exports["draft"]))
+    panel.buttons[Mode.PP_SD].setChecked(True)
+    panel.k_auto.setChecked(False)
+    panel.k.setValue(3)
+    mode = core.inference.mode
+    assert (mode.mode, mode.k, mode.draft_dir) == (Mode.PP_SD, 3, exports["draft"])
+    assert core.settings.values.mode == "pp+sd" and core.settings.values.k == 3
+    assert "K 3" in window.mode_state.text()
+    deploy(qtbot, core, window, exports["2s"])  # again, with the draft
+    assert core.inference.has_draft
+
+    store = core.feed.store
+    points_before = store.total_points()
+    new_chat(window, max_new_tokens=20)
+    send_and_wait(qtbot, window, "The quick brown fox")
+    ks = store.get(CHOSEN_K, next(s.name for s in store.series(CHOSEN_K))).y
+    assert ks and max(ks) <= 3
+    assert store.series(ACCEPTANCE)
+    for chart in (STAGE_MS, TOKENS_PER_S, TTFT):
+        assert store.series(chart), chart.title
+    assert store.total_points() > points_before
+    qtbot.waitUntil(lambda: ("k", store.series(CHOSEN_K)[0].name) in window.dashboard.curves)
+    qtbot.waitUntil(
+        lambda: (
+            len(window.dashboard.curves[("stage_ms", "stage 0")].xData)
+            == len(store.get(STAGE_MS, "stage 0"))
+        )
+    )
+
+    panel.k_auto.setChecked(True)
+    assert core.inference.mode.k is None
+
+    # pause: points are still recorded, the charts stop updating until resumed
+    window.dashboard.pause.click()
+    assert core.feed.paused
+    drawn = len(window.dashboard.curves[("stage_ms", "stage 0")].xData)
+    send_and_wait(qtbot, window, "Again")
+    qtbot.wait(400)
+    assert len(window.dashboard.curves[("stage_ms", "stage 0")].xData) == drawn
+    assert len(store.get(STAGE_MS, "stage 0")) > drawn
+    window.dashboard.pause.click()
+    qtbot.waitUntil(lambda: len(window.dashboard.curves[("stage_ms", "stage 0")].xData) > drawn)
+    window.dashboard.csv_requested.emit(str(tmp_path / "metrics.csv"))
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "chart,series,unit,t_s,value" and len(rows) == store.total_points() + 1
+    assert window.dashboard.save_png(tmp_path / "charts.png")
+    assert (tmp_path / "charts.png").stat().st_size > 1000
+
+
+def test_fleet_rows_and_a_lost_worker(qtbot: QtBot, app: Any) -> None:
+    core, window, _ = app
+    info = WorkerInfo("den-pc", "192.168.1.20", 5555, "k" * 40, "0.1.0", 1, os="Linux",
+                      ram_bytes=16_000_000_000, devices=("CPU", "GPU.0"))  # fmt: skip
+    core.fleet.upsert(info, WorkerStatus.ONLINE)
+    core.fleet.upsert(
+        WorkerInfo("attic", "192.168.1.21", 5555, "j" * 40, "0.0.9", 0),
+        WorkerStatus.WRONG_VERSION,
+        "speaks protocol 0: install fleetgui 0.1.0 on it",
+    )
+    table = window.fleet_view.table
+    assert table.rowCount() == 3  # this PC first
+    assert "coordinator" in table.item(0, 0).text()
+    assert table.item(2, 1).text().startswith("wrong version: speaks protocol 0")
+    core.fleet.mark_lost("den-pc", "no heartbeat for 6 s")
+    assert table.item(1, 1).text() == "lost: no heartbeat for 6 s"
+    assert "den-pc lost" in window.messages.label.text()
+    window.fleet_view.address.setText("10.0.0.5:5555")
+    window.fleet_view.add_requested.emit("10.0.0.5:5555")
+    qtbot.waitUntil(lambda: "not available" in window.messages.label.text())
+
+
+def test_export_can_be_cancelled_and_leaves_no_export(
+    qtbot: QtBot, qloop: Any, exports: dict, tmp_path: Path
+) -> None:
+    core, window = make_window(tmp_path)
+    qtbot.addWidget(window)
+    core.deployment.export_root = tmp_path / "exports"
+    assert core.deployment.choose_model(exports["model"])
+    with qtbot.waitSignal(core.deployment.cancelled, timeout=TIMEOUT_MS):
+        window.deploy_view.export_button.click()
+        window.deploy_view.cancel_button.click()
+    qtbot.waitUntil(lambda: core.deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    exported = list((tmp_path / "exports").glob("*/manifest.json"))
+    assert exported == []
+
+
+def test_screenshot_command_writes_every_view(exports: dict, tmp_path: Path) -> None:
+    out = tmp_path / "shots"
+    env = {**os.environ, "FLEETGUI_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetgui", "gui", str(exports["2s"]), "--screenshot", str(out),
+         "--prompt", "Hello"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in ("fleet", "deployment", "dashboard", "chat"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert not (tmp_path / "home" / "data" / "chats").exists()  # history stays out of the user's
