@@ -26,23 +26,22 @@ class WorkerProcess:
     name: str
     home: Path
     args: list[str]
+    prefix: list[str] = field(default_factory=list)  # e.g. taskset -c 1, ip netns exec NS
     process: subprocess.Popen[str] | None = None
     info: dict = field(default_factory=dict)
 
     @property
     def endpoint(self) -> WorkerEndpoint:
-        return WorkerEndpoint(
-            self.name, f"tcp://127.0.0.1:{self.info['port']}", self.info["public_key"]
-        )
+        return WorkerEndpoint(self.name, f"tcp://{self.address}", self.info["public_key"])
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.info['port']}"
+        return f"{self.info['host']}:{self.info['port']}"
 
     def start(self) -> WorkerProcess:
         env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fleetgui", *self.args],
+            [*self.prefix, sys.executable, "-m", "fleetgui", *self.args],
             stdout=subprocess.PIPE,
             stderr=open(self.home / "stderr.log", "a"),  # noqa: SIM115
             text=True,
@@ -94,14 +93,22 @@ def coordinator_identity(folder: Path) -> KeyPair:
 
 
 def worker_process(
-    root: Path, name: str, authorized_keys: Path, *, port: int = 0, extra: list[str] | None = None
+    root: Path,
+    name: str,
+    authorized_keys: Path,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    precision: str = "f32",
+    extra: list[str] | None = None,
+    prefix: list[str] | None = None,
 ) -> WorkerProcess:
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
     args = [
         "worker",
         "--listen",
-        f"127.0.0.1:{port}",
+        f"{host}:{port}",
         "--name",
         name,
         "--cache",
@@ -113,12 +120,12 @@ def worker_process(
         "--threads",
         "1",
         "--precision",
-        "f32",
+        precision,
         "--no-advertise",
         "--ready-json",
         *(extra or []),
     ]
-    return WorkerProcess(name, home, args)
+    return WorkerProcess(name, home, args, prefix or [])
 
 
 @contextmanager

@@ -90,7 +90,13 @@ async def infer_async(request: ov.InferRequest, inputs: dict[str, Any]) -> None:
 
     request.set_callback(finished, None)
     request.start_async(inputs)
-    await done
+    try:
+        await asyncio.shield(done)
+    except asyncio.CancelledError:
+        # The request still runs and owns its inputs and state: let it finish before the
+        # caller (e.g. a stopped chat) releases the stream.
+        await asyncio.to_thread(request.wait)
+        raise
     request.wait()  # re-raises an inference error, if any
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,19 +143,23 @@ class Pipeline:
     async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
         """Generate a whole answer to ``prompt``."""
         result: GenerationResult | None = None
-        async for item in self._generate(prompt, options):
-            if isinstance(item, GenerationResult):
-                result = item
+        async with contextlib.aclosing(self._generate(prompt, options)) as items:
+            async for item in items:
+                if isinstance(item, GenerationResult):
+                    result = item
         if result is None:
             raise RuntimeError("generation ended without a result")
         return result
 
     async def stream(
         self, prompt: str, options: GenerationOptions
-    ) -> AsyncIterator[TokenDelta | GenerationResult]:
-        """Text deltas as tokens are accepted, then the ``GenerationResult``."""
-        async for item in self._generate(prompt, options):
-            yield item
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
+        """Text deltas as tokens are accepted, then the ``GenerationResult``. Closing the
+        generator early (``aclose``, or leaving an ``async with aclosing(...)``) stops the
+        generation and frees the stream's state on every stage at once."""
+        async with contextlib.aclosing(self._generate(prompt, options)) as items:
+            async for item in items:
+                yield item
 
     async def close(self) -> None:
         await self.route.close()
@@ -261,7 +266,7 @@ class Pipeline:
 
     async def _generate(
         self, prompt: str, options: GenerationOptions
-    ) -> AsyncIterator[TokenDelta | GenerationResult]:
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         prompt_ids = self._check(prompt, options)
         stream = _Stream(
             next(self._ids), prompt_ids, options, np.random.default_rng(options.sampling.seed)

@@ -1,0 +1,285 @@
+"""Fleet benchmark: the distributed pipeline over real worker processes, side by side in one run.
+
+The coordinator (this process) is pinned to core 0 and each worker to core 1 (``taskset``), one
+OpenVINO thread each: two "PCs". Bench-size Llama (~245M parameters), medians of interleaved
+repeats:
+
+A. loopback: 2 stages (coordinator + 1 worker) single stream vs ``openvino_genai.LLMPipeline``
+   on the monolithic export on one core (target >= 0.9); 2 concurrent streams vs 1 (target
+   >= 1.85x).
+B. 5 ms added per hop (a user-space delay relay in front of each worker: this kernel has no
+   netem): 3 stages (coordinator + 2 workers), ring vs hub, one stream. The ring needs 3 hops a
+   token, the hub 4.
+C. ``--demo DIR``: the demo pair (``fleetgui demo-model``): PP+SD+MB with 2 streams on the
+   2-stage fleet vs the monolithic target serving one user (genai), with the acceptance rate.
+
+Run: ``.venv/bin/python benchmarks/bench_fleet.py [--weights int4] [--tokens 128]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench_export import PROMPT, genai_tok_s
+from common import bench_cache, bench_llama, ensure_export, print_figures
+from fleet_support import WorkerProcess, coordinator_identity, worker_process
+
+from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.runtime.loader import LocalPipelineConfig
+from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.pipeline import GenerationOptions
+
+PROMPTS = (
+    PROMPT,
+    "class LinkedList:\n    def __init__(self):\n        self.head = None\n\n    def append(",
+)
+HERE = Path(__file__).resolve().parent
+
+
+@contextlib.contextmanager
+def fleet_workers(
+    names: list[str], identity: KeyPair, *, cpu: int = 1
+) -> Iterator[list[WorkerProcess]]:
+    root = bench_cache() / "fleet"
+    root.mkdir(parents=True, exist_ok=True)
+    keys = root / "authorized_keys"
+    keys.write_text(f"{identity.public} bench\n")
+    workers = [
+        worker_process(root, n, keys, precision="auto", prefix=["taskset", "-c", str(cpu)])
+        for n in names
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+@contextlib.contextmanager
+def delay_relays(workers: list[WorkerProcess], delay_ms: float) -> Iterator[list[WorkerEndpoint]]:
+    """A delay relay in front of each worker; the endpoints to reach them through it."""
+    from fleetgui.fleet.worker_service import free_port_pair
+
+    relays: list[subprocess.Popen[str]] = []
+    endpoints = []
+    try:
+        for worker in workers:
+            port = free_port_pair()
+            relay = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(HERE / "delay_proxy.py"),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--target",
+                    worker.address,
+                    "--delay-ms",
+                    str(delay_ms),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            relays.append(relay)
+            assert relay.stdout is not None
+            if relay.stdout.readline().strip() != "ready":
+                raise RuntimeError("delay relay did not start")
+            endpoints.append(
+                WorkerEndpoint(worker.name, f"tcp://127.0.0.1:{port}", worker.info["public_key"])
+            )
+        yield endpoints
+    finally:
+        for relay in relays:
+            relay.terminate()
+            relay.wait(5)
+
+
+async def fleet_run(
+    identity: KeyPair,
+    endpoints: list[WorkerEndpoint],
+    export: Path,
+    n_tokens: int,
+    n_streams: int,
+    *,
+    topology: str = "ring",
+    draft: Path | None = None,
+    k: int | None = None,
+) -> dict[str, float]:
+    stage = StageConfig(threads=1)
+    config = CoordinatorConfig(
+        local=LocalPipelineConfig(stage=stage, draft_stage=stage),
+        topology=topology,
+        worker_threads=1,
+    )
+    session = FleetSession(identity, config)
+    await session.connect(endpoints)
+    try:
+        await session.deploy(export)
+        pipe = session.pipeline(draft_dir=draft)
+        speculative = draft is not None
+        await pipe.complete("warm up", GenerationOptions(max_new_tokens=4, speculative=speculative))
+        options = GenerationOptions(max_new_tokens=n_tokens, speculative=speculative, k=k)
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(pipe.complete(PROMPTS[i % len(PROMPTS)], options) for i in range(n_streams))
+        )
+        wall = time.perf_counter() - started
+    finally:
+        await session.close()
+    accepted = [r.acceptance_rate for r in results if r.acceptance_rate is not None]
+    return {
+        "aggregate": sum(len(r.token_ids) for r in results) / wall,
+        "per_stream": statistics.mean(r.tokens_per_s for r in results),
+        "ttft_ms": statistics.mean(r.ttft_ms for r in results),
+        "acceptance": statistics.mean(accepted) if accepted else 0.0,
+    }
+
+
+def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tuple[str, str]]:
+    two = ensure_export(
+        model, f"bench-2stage-{args.weights}-0-9_9-16", layers="0:9,9:16", weights=args.weights
+    )
+    mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
+    runs: dict[str, list[float]] = {"genai": [], "pp1": [], "pp2": [], "ttft": []}
+    with fleet_workers(["w1"], identity) as workers:
+        endpoints = [w.endpoint for w in workers]
+        for _ in range(args.repeats):
+            runs["genai"].append(genai_tok_s(mono, 1, args.tokens, None))
+            one = asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 1))
+            runs["pp1"].append(one["per_stream"])
+            runs["ttft"].append(one["ttft_ms"])
+            runs["pp2"].append(
+                asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 2))["aggregate"]
+            )
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    FIGURES["A"] = runs
+    return [
+        ("A genai LLMPipeline monolithic, 1 core", f"{med['genai']:.1f} tok/s"),
+        (
+            "A fleet 2 stages (coord + 1 worker), 1 stream",
+            f"{med['pp1']:.1f} tok/s (TTFT {med['ttft']:.0f} ms)",
+        ),
+        ("A ratio fleet / genai (target >= 0.9)", f"{med['pp1'] / med['genai']:.3f}"),
+        ("A fleet 2 streams aggregate", f"{med['pp2']:.1f} tok/s"),
+        ("A ratio 2 streams / 1 (target >= 1.85)", f"{med['pp2'] / med['pp1']:.2f}x"),
+    ]
+
+
+def part_b(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tuple[str, str]]:
+    three = ensure_export(
+        model, f"bench-3stage-{args.weights}", layers="0:6,6:11,11:16", weights=args.weights
+    )
+    runs: dict[str, list[float]] = {"ring": [], "hub": [], "ring0": [], "hub0": []}
+    tokens = max(16, args.tokens // 2)
+    with (
+        fleet_workers(["w1", "w2"], identity) as workers,
+        delay_relays(workers, args.delay_ms) as delayed,
+    ):
+        direct = [w.endpoint for w in workers]
+        for _ in range(args.repeats):
+            for name, endpoints, topology in (
+                ("ring", delayed, "ring"),
+                ("hub", delayed, "hub"),
+                ("ring0", direct, "ring"),
+                ("hub0", direct, "hub"),
+            ):
+                result = asyncio.run(
+                    fleet_run(identity, endpoints, three, tokens, 1, topology=topology)
+                )
+                runs[name].append(result["per_stream"])
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    FIGURES["B"] = runs
+    ms = {k: 1000 / v for k, v in med.items()}
+    return [
+        (
+            f"B ring, {args.delay_ms:g} ms per hop (3 hops/token)",
+            f"{med['ring']:.1f} tok/s ({ms['ring']:.1f} ms/token)",
+        ),
+        (
+            f"B hub, {args.delay_ms:g} ms per hop (4 hops/token)",
+            f"{med['hub']:.1f} tok/s ({ms['hub']:.1f} ms/token)",
+        ),
+        ("B ratio ring / hub", f"{med['ring'] / med['hub']:.2f}x"),
+        (
+            "B added ms/token vs no delay: ring, hub",
+            f"{ms['ring'] - ms['ring0']:.1f} ms, {ms['hub'] - ms['hub0']:.1f} ms "
+            f"(expected {3 * args.delay_ms:g}, {4 * args.delay_ms:g})",
+        ),
+    ]
+
+
+def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]:
+    from fleetgui.demo import load_pair
+
+    pair = load_pair(args.demo)
+    target2 = ensure_export(pair.target_dir, "demo-target-2stage", stages=2, weights="fp16")
+    mono = ensure_export(pair.target_dir, "demo-target-mono", monolithic=True, weights="fp16")
+    draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights="fp16")
+    runs: dict[str, list[float]] = {"genai": [], "mb2": [], "acceptance": []}
+    with fleet_workers(["w1"], identity) as workers:
+        endpoints = [w.endpoint for w in workers]
+        for _ in range(args.repeats):
+            runs["genai"].append(genai_tok_s(mono, 1, args.tokens, None, weights="fp16"))
+            result = asyncio.run(
+                fleet_run(identity, endpoints, target2, args.tokens, 2, draft=draft)
+            )
+            runs["mb2"].append(result["aggregate"])
+            runs["acceptance"].append(result["acceptance"])
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    FIGURES["C"] = runs
+    return [
+        ("C demo target monolithic (genai), 1 user", f"{med['genai']:.1f} tok/s"),
+        ("C demo PP+SD+MB, 2 streams, K auto", f"{med['mb2']:.1f} tok/s aggregate"),
+        ("C ratio (target >= 2.0; paper 1.79)", f"{med['mb2'] / med['genai']:.2f}x"),
+        ("C acceptance rate", f"{med['acceptance']:.1%}"),
+    ]
+
+
+FIGURES: dict[str, Any] = {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--weights", default="int4")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--delay-ms", type=float, default=5.0)
+    parser.add_argument("--parts", default="AB", help="which parts to run (A, B, C)")
+    parser.add_argument("--demo", type=Path, help="demo pair folder for part C")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.sched_setaffinity(0, {0})  # the coordinator's PC
+    identity = coordinator_identity(bench_cache() / "fleet-coordinator")
+    rows: list[tuple[str, str]] = []
+    model = bench_llama()
+    if "A" in args.parts:
+        rows += part_a(identity, args, model)
+    if "B" in args.parts:
+        rows += part_b(identity, args, model)
+    if "C" in args.parts:
+        if args.demo is None:
+            raise SystemExit("part C needs --demo DIR (build it with fleetgui demo-model)")
+        rows += part_c(identity, args)
+    print_figures(
+        f"fleet benchmark: bench Llama {args.weights}, coordinator on core 0, workers on core 1, "
+        f"1 thread each, {args.tokens} new tokens, median of {args.repeats}",
+        rows,
+        {k: {n: [round(x, 3) for x in v] for n, v in r.items()} for k, r in FIGURES.items()},
+    )
+
+
+if __name__ == "__main__":
+    main()
