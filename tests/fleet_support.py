@@ -29,6 +29,7 @@ class WorkerProcess:
     prefix: list[str] = field(default_factory=list)  # e.g. taskset -c 1, ip netns exec NS
     process: subprocess.Popen[str] | None = None
     info: dict = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)  # what it printed before it was ready
 
     @property
     def endpoint(self) -> WorkerEndpoint:
@@ -53,6 +54,7 @@ class WorkerProcess:
             line = self.process.stdout.readline()
             if not line:
                 break
+            self.lines.append(line)
             if line.startswith("{"):
                 record = json.loads(line)
                 if record.get("event") == "ready":

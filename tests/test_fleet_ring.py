@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -414,3 +415,34 @@ def test_generate_cli_refuses_a_changed_worker_key_and_names_a_closed_port(
     run = _cli(home, *args, "--workers", f"127.0.0.1:{closed}", *identity)
     assert run.returncode == 1
     assert "closed" in run.stderr.lower()
+
+
+def test_pairing_code_makes_a_worker_trust_a_coordinator(
+    exports: dict[str, Path], references: dict[str, list[int]], fleet_root: Path
+) -> None:
+    root = fleet_root / "pairing"
+    root.mkdir()
+    keys_file = root / "authorized_keys"  # empty: the worker trusts nobody yet
+    identity_dir = root / "new-coordinator"
+    assert _cli(root / "home", "keys", "--out", str(identity_dir)).returncode == 0
+    worker = worker_process(root, "p1", keys_file, extra=["--pair"]).start()
+    try:
+        printed = "".join(worker.lines)
+        code = printed.split("pairing code for p1: ")[1].split()[0]
+        identity = ["--identity", str(identity_dir)]
+        args = ["generate", str(exports["2"]), "--prompt", PROMPTS[0], "--json", "--threads", "1"]
+        args += ["--precision", "f32", "--max-new-tokens", str(N_NEW), *identity]
+        refused = _cli(root / "home", *args, "--workers", worker.address)
+        assert refused.returncode == 1 and "not authorized" in refused.stderr
+        wrong = _cli(root / "home", "pair", worker.address, "--code", "000000x", *identity)
+        assert wrong.returncode == 1 and "wrong pairing code" in wrong.stderr
+        time.sleep(0.6)  # the worker spaces out pairing attempts
+        paired = _cli(root / "home", "pair", worker.address, "--code", code, *identity)
+        assert paired.returncode == 0, paired.stderr
+        public = (identity_dir / "coordinator.pub").read_text().split()[0]
+        assert public in keys_file.read_text()
+        run = _cli(root / "home", *args, "--workers", worker.address)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert json.loads(run.stdout.splitlines()[0])["token_ids"] == references[PROMPTS[0]]
+    finally:
+        worker.stop()

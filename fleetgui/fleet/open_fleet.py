@@ -17,6 +17,8 @@ from fleetgui.fleet.deploy import ProgressCallback
 from fleetgui.fleet.discovery import parse_address
 from fleetgui.fleet.info_probe import probe, zmq_endpoint
 from fleetgui.fleet.keys import KeyPair, KnownWorkers
+from fleetgui.fleet.secure_socket import SecureClient
+from fleetgui.fleet.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +77,26 @@ async def open_fleet(
         await session.close()
         raise
     return session
+
+
+async def pair_worker(
+    address: str,
+    code: str,
+    identity: KeyPair,
+    comment: str = "",
+    *,
+    known: KnownWorkers | None = None,
+    timeout_s: float = 10.0,
+) -> WorkerInfo:
+    """Pin the worker's key and present its pairing code, so it trusts ``identity``."""
+    host, port = parse_address(address)
+    info = await probe(host, port, timeout_s)
+    (known or KnownWorkers()).check(info.address, info.name, info.public_key)
+    client = SecureClient(identity, info.public_key, name=info.name, timeout_s=timeout_s)
+    try:
+        await client.connect(zmq_endpoint(host, port), timeout_s)
+        await client.pair(code, comment)
+    finally:
+        client.close()
+    log.warning("paired with worker %s at %s", info.name, info.address)
+    return info
