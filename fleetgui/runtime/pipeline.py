@@ -302,6 +302,9 @@ class Pipeline:
                     new_tokens = await self._speculative_step(stream)
                 else:
                     new_tokens = (await self._target(stream, [], self._plain_head(stream))).tokens
+            tail = text.flush()
+            if tail:
+                yield TokenDelta(stream.id, tail, ())
         finally:
             self._active -= 1
             await self.route.release(stream.id)

@@ -40,6 +40,7 @@ class Tokenizer:
         self.folder = folder
         self._encoder = core.compile_model(str(folder / "openvino_tokenizer.xml"), "CPU")
         self._decoder = core.compile_model(str(folder / "openvino_detokenizer.xml"), "CPU")
+        self._decode_request = self._decoder.create_infer_request()
         self.eos_token_ids = _eos_ids(folder)
 
     def encode(self, text: str) -> list[int]:
@@ -49,8 +50,8 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         if not ids:
             return ""
-        out = self._decoder(np.array([ids], dtype=np.int64))
-        return str(out[self._decoder.output(0)][0])
+        self._decode_request.infer({0: np.array([ids], dtype=np.int64)})
+        return str(self._decode_request.get_output_tensor(0).str_data[0])
 
     def fingerprint(self) -> str:
         """Identity of the vocabulary, to check a draft model shares the target's tokenizer."""
@@ -82,27 +83,56 @@ def _eos_ids(folder: Path) -> frozenset[int]:
 class IncrementalText:
     """Turns a growing list of token ids into text deltas, honouring stop strings.
 
-    Text that ends in an incomplete UTF-8 sequence (shown as U+FFFD by byte-level BPE) is held
-    back until the next token completes it.
+    Each update decodes only the last few tokens: the text of ``ids[prefix:]`` minus that of
+    ``ids[prefix:read]``, where ``read`` is where the emitted text ends and ``prefix`` a few
+    tokens before it (so that merges and leading spaces come out as in a full decode). Text
+    that ends in an incomplete UTF-8 sequence (U+FFFD from byte-level BPE) is held back until
+    the next token completes it.
     """
 
     tokenizer: Tokenizer
     stop_strings: tuple[str, ...] = ()
     text: str = ""  # emitted so far
     stopped: bool = False
+    _prefix: int = 0
+    _read: int = 0
+    _held: str = ""  # decoded past the stop-string horizon, not yet emitted
 
     def update(self, ids: list[int]) -> str:
         """The new text after the tokens ``ids`` (all generated so far); '' if none yet."""
-        full = self.tokenizer.decode(ids)
-        for stop in self.stop_strings:
-            at = full.find(stop)
-            if at >= 0:
-                full = full[:at]
-                self.stopped = True
-        if not self.stopped and full.endswith(REPLACEMENT):
-            full = full.rstrip(REPLACEMENT)
-        if not full.startswith(self.text):
-            return ""  # a decoding artefact shrank the text; wait for more tokens
-        delta = full[len(self.text) :]
-        self.text = full
+        if self.stopped or len(ids) <= self._read:
+            return ""
+        prefix_text = self.tokenizer.decode(ids[self._prefix : self._read])
+        new_text = self.tokenizer.decode(ids[self._prefix :])
+        if new_text.endswith(REPLACEMENT) or not new_text.startswith(prefix_text):
+            return ""  # an incomplete character, or a merge that rewrote the tail: wait
+        self._prefix, self._read = max(self._read - 4, 0), len(ids)
+        pending = self._held + new_text[len(prefix_text) :]
+        delta, self._held = self._cut_at_stop(pending)
+        self.text += delta
         return delta
+
+    def _cut_at_stop(self, pending: str) -> tuple[str, str]:
+        """Split ``pending`` into what can be emitted and what must wait for more text (a
+        possible start of a stop string); stop at a complete stop string."""
+        if not self.stop_strings:
+            return pending, ""
+        window = self.text[-max(len(s) for s in self.stop_strings) :] + pending
+        offset = len(window) - len(pending)
+        found = [at for at in (window.find(stop) for stop in self.stop_strings) if at >= 0]
+        if found:
+            self.stopped = True
+            return window[offset : max(min(found), offset)], ""
+        hold = 0  # the longest tail of the window that could start a stop string
+        for stop in self.stop_strings:
+            for size in range(min(len(stop) - 1, len(pending)), hold, -1):
+                if window.endswith(stop[:size]):
+                    hold = size
+                    break
+        return pending[: len(pending) - hold], pending[len(pending) - hold :]
+
+    def flush(self) -> str:
+        """Text held back because it could have started a stop string; call at the end."""
+        tail, self._held = ("" if self.stopped else self._held), ""
+        self.text += tail
+        return tail

@@ -1,0 +1,99 @@
+"""Streaming detokenization: deltas add up to the full decode; stop strings cut exactly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_support import export, pipeline
+
+from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer, tokenizer_dir_of
+
+TEXTS = (
+    "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))",
+    "Grüße aus Köln — naïve café, 東京タワー, emoji 🎉🚀 done.",
+    "    indented\tlines\n\n  and  double  spaces  ",
+)
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(tiny_models("llama"), tmp_path_factory.mktemp("text") / "exp", stages=2)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(exported: Path) -> Tokenizer:
+    return Tokenizer(tokenizer_dir_of(exported))
+
+
+def _stream(
+    tokenizer: Tokenizer, ids: list[int], stops: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
+    text = IncrementalText(tokenizer, stops)
+    deltas = []
+    for end in range(1, len(ids) + 1):
+        deltas.append(text.update(ids[:end]))
+        if text.stopped:
+            break
+    deltas.append(text.flush())
+    return "".join(deltas), deltas
+
+
+@pytest.mark.parametrize("source", TEXTS)
+def test_deltas_add_up_to_the_full_decode(tokenizer: Tokenizer, source: str) -> None:
+    ids = tokenizer.encode(source)
+    joined, deltas = _stream(tokenizer, ids)
+    assert joined == tokenizer.decode(ids)
+    assert len([d for d in deltas if d]) > 3  # it really streamed
+    assert all("\ufffd" not in d for d in deltas)  # no half characters
+
+
+@pytest.mark.parametrize(
+    ("source", "stop"),
+    [
+        (TEXTS[0], "\n\n\n"),
+        (TEXTS[0], "add(1"),
+        (TEXTS[1], "🚀"),
+        (TEXTS[1], "Köln —"),
+        (TEXTS[2], "zzz"),
+    ],
+)
+def test_stop_strings_cut_before_the_stop_and_never_leak_part_of_it(
+    tokenizer: Tokenizer, source: str, stop: str
+) -> None:
+    ids = tokenizer.encode(source)
+    full = tokenizer.decode(ids)
+    joined, deltas = _stream(tokenizer, ids, (stop, "never-there"))
+    expected = full[: full.find(stop)] if stop in full else full
+    assert joined == expected
+    emitted = ""
+    for delta in deltas:
+        emitted += delta
+        assert stop not in emitted
+        assert expected.startswith(emitted)
+
+
+def test_pipeline_stops_at_a_stop_string(exported: Path) -> None:
+    async def main() -> None:
+        pipe = pipeline(exported)
+        try:
+            free = await pipe.complete("import os", GenerationOptions(max_new_tokens=30))
+            stop = free.text[len(free.text) // 2 : len(free.text) // 2 + 3]
+            assert stop.strip(), "the tiny model's text should have something to stop at"
+            options = GenerationOptions(max_new_tokens=30, stop_strings=(stop,))
+            pieces = []
+            result = None
+            async for item in pipe.stream("import os", options):
+                if hasattr(item, "finish_reason"):
+                    result = item
+                else:
+                    pieces.append(item.text)
+            assert result is not None and result.finish_reason == "stop"
+            assert result.text == free.text[: free.text.find(stop)] == "".join(pieces)
+        finally:
+            await pipe.close()
+
+    asyncio.run(main())
