@@ -70,9 +70,11 @@ def run_in_qt_loop(
 
     async def wrapped() -> T:
         try:
+            await core.fleet_actions.start()
             return await main(core, window)
         finally:
             await core.inference.unload()
+            await core.fleet_actions.close()
 
     try:
         return loop.run_until_complete(wrapped())

@@ -41,16 +41,18 @@ def build_core(
     deployer: Deployer | None = None,
     devices: DeviceSource | None = None,
     fleet_actions: FleetActions | None = None,
+    fleet: FleetModel | None = None,
     parent: QObject | None = None,
 ) -> AppCore:
     """The core objects with the saved settings applied. Without arguments: the platform's
-    folders, deployment on this PC, no fleet."""
+    folders, deployment on this PC, no fleet. ``fleet`` is the worker table the fleet code
+    writes into (made here when not given)."""
     settings = Settings(settings_path, parent)
     inference = InferenceService(parent)
     inference.set_mode(settings.values.mode_settings())
     session = ChatSession(inference, HistoryStore(history_dir), parent)
     feed = MetricsFeed(parent)
-    fleet = FleetModel(parent)
+    fleet = FleetModel(parent) if fleet is None else fleet
     fleet.set_coordinator(coordinator_info())
     deployment = DeploymentController(
         inference, deployer or LocalDeployer(), devices or LocalDeviceSource(), parent

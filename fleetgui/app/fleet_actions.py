@@ -26,6 +26,12 @@ class FleetActions(ABC):
     async def pair(self, name: str, code: str) -> None:
         """Pair with worker ``name`` using the one-time code it shows."""
 
+    async def start(self) -> None:  # noqa: B027 (optional hook)
+        """Start watching the fleet (called once the app's loop runs)."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Stop watching the fleet and release what is connected."""
+
 
 class NoFleet(FleetActions):
     """No fleet in this version: every stage runs on this PC."""

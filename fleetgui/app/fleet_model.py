@@ -44,11 +44,16 @@ class FleetModel(QObject):
         """This PC, shown first and always online."""
         self._put(WorkerRow(info, WorkerStatus.ONLINE, "", self._clock(), coordinator=True))
 
-    def upsert(self, info: WorkerInfo, status: WorkerStatus, reason: str = "") -> None:
-        """A worker answered (or was probed): add it or refresh its row."""
+    def upsert(
+        self, info: WorkerInfo, status: WorkerStatus, reason: str = "", *, seen: bool = True
+    ) -> None:
+        """A worker answered (or was probed): add it or refresh its row. ``seen=False``: it did
+        not answer this time, so its row keeps its last-seen time."""
         if status is WorkerStatus.ONLINE and info.busy:
             status = WorkerStatus.BUSY
-        self._put(WorkerRow(info, status, reason, self._clock()))
+        old = self._rows.get(info.name)
+        last_seen = self._clock() if seen else (old.last_seen if old is not None else 0.0)
+        self._put(WorkerRow(info, status, reason, last_seen))
 
     def mark_lost(self, name: str, reason: str) -> None:
         """A known worker stopped answering; its row keeps its last-seen time."""

@@ -18,6 +18,10 @@ class WorkerStatus(enum.Enum):
     LOST = "lost"  # was online, stopped answering
     NOT_PAIRED = "not paired"  # answers, but does not trust this coordinator yet
     WRONG_VERSION = "wrong version"  # speaks another protocol version
+    NOT_ANSWERING = "not answering"  # never seen: the PC or its worker does not answer
+    PORT_CLOSED = "port closed"  # never seen: nothing listens on the worker's port
+    NOT_FLEETGUI = "not a fleetgui worker"  # another program owns the port
+    KEY_CHANGED = "key changed"  # offers another key than the one pinned on first use
 
     @property
     def usable(self) -> bool:

@@ -6,6 +6,12 @@ import argparse
 import logging
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetgui.app.core import AppCore
+    from fleetgui.app.fleet_controller import FleetControllerConfig
+    from fleetgui.fleet.keys import KeyPair
 
 log = logging.getLogger(__name__)
 
@@ -13,9 +19,11 @@ NAME = "gui"
 HELP = "open the desktop app"
 DESCRIPTION = (
     "Open the fleetgui desktop app: fleet, deployment, dashboard and chat. With EXPORT_DIR the "
-    "export is deployed on this PC at start. With --screenshot DIR the app renders each main "
-    "view to DIR/fleet.png, deployment.png, dashboard.png and chat.png (after a real reply when "
-    "EXPORT_DIR is given) and exits, without a window on screen."
+    "export is deployed at start: on the usable fleet workers (stage 0 on this PC), or on this "
+    "PC alone when none is usable. --workers adds workers by address at start. With "
+    "--screenshot DIR the app renders each main view to DIR/fleet.png, deployment.png, "
+    "dashboard.png and chat.png (after a real reply when EXPORT_DIR is given) and exits, "
+    "without a window on screen."
 )
 
 
@@ -25,6 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--draft", type=Path, metavar="DIR", help="draft export for PP+SD (one stage)"
+    )
+    parser.add_argument(
+        "--workers",
+        metavar="HOST:PORT,...",
+        help="add these workers (their encrypted port) at start; they are remembered",
+    )
+    parser.add_argument(
+        "--identity",
+        type=Path,
+        metavar="DIR",
+        help="coordinator key pair folder (fleetgui keys --out DIR); default: the OS keyring's",
     )
     parser.add_argument(
         "--screenshot", type=Path, metavar="DIR", help="render each main view to DIR/*.png, exit"
@@ -37,10 +56,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _identity(args: argparse.Namespace) -> KeyPair:
+    from fleetgui.fleet.keys import coordinator_identity, load_identity
+
+    return load_identity(args.identity) if args.identity else coordinator_identity()
+
+
+async def _add_workers(core: AppCore, addresses: list[str]) -> list[str]:
+    """Add each worker; returns the problems (one line each)."""
+    from fleetgui.app.errors import user_message
+
+    problems = []
+    for address in addresses:
+        try:
+            await core.fleet_actions.add_worker(address)
+        except Exception as exc:
+            problems.append(user_message(exc))
+    return problems
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        from fleetgui.app.application import interactive, run_in_qt_loop
-        from fleetgui.app.core import AppCore, build_core
+        from fleetgui.app.application import interactive, qt_application, run_in_qt_loop
+        from fleetgui.app.fleet_app import build_fleet_core
         from fleetgui.app.screenshot import DEFAULT_PROMPT, ScreenshotRequest, take_screenshots
         from fleetgui.app.views.main_window import MainWindow
     except ImportError as exc:
@@ -50,10 +88,22 @@ def run(args: argparse.Namespace) -> int:
             f"the desktop app needs the 'app' extra ({exc.name} is missing): "
             "pip install 'fleetgui[app]'"
         ) from exc
+    from fleetgui.fleet.open_fleet import parse_worker_list
+
+    addresses = (
+        [f"{h}:{p}" if ":" not in h else f"[{h}]:{p}" for h, p in parse_worker_list(args.workers)]
+        if args.workers
+        else []
+    )
+    identity = _identity(args)
 
     if args.screenshot is None:
+        qt_application()
+        core, _ = build_fleet_core(identity)
 
         async def start(core: AppCore, window: MainWindow) -> int:
+            for problem in await _add_workers(core, addresses):
+                window.messages.show_error(problem)
             if args.export_dir is not None and core.deployment.choose_model(args.export_dir):
                 mode = core.inference.mode
                 if args.draft is not None:
@@ -65,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 core.deployment.deploy(mode)
             return await interactive(core, window)
 
-        return run_in_qt_loop(start)
+        return run_in_qt_loop(start, core=core)
 
     request = ScreenshotRequest(
         out_dir=args.screenshot,
@@ -74,17 +124,32 @@ def run(args: argparse.Namespace) -> int:
         prompts=tuple(args.prompt or (DEFAULT_PROMPT,)),
     )
     with tempfile.TemporaryDirectory(prefix="fleetgui-screenshot-") as scratch:
+        folder = Path(scratch)
 
         async def shoot(core: AppCore, window: MainWindow) -> list[Path]:
+            for problem in await _add_workers(core, addresses):
+                log.warning("%s", problem)
             return await take_screenshots(core, window, request)
 
-        from fleetgui.app.application import qt_application
-
         qt_application(offscreen=True)
-        core = build_core(
-            settings_path=Path(scratch) / "settings.json", history_dir=Path(scratch) / "chats"
+        core, _ = build_fleet_core(
+            identity,
+            controller_config=_screenshot_fleet(folder),
+            settings_path=folder / "settings.json",
+            history_dir=folder / "chats",
         )
         paths = run_in_qt_loop(shoot, offscreen=True, core=core)
     for path in paths:
         print(path)
     return 0
+
+
+def _screenshot_fleet(folder: Path) -> FleetControllerConfig:
+    """Only the workers given with --workers, remembered in a scratch folder."""
+    from fleetgui.app.fleet_controller import FleetControllerConfig
+
+    return FleetControllerConfig(
+        zeroconf=False,
+        workers_file=folder / "workers.json",
+        known_workers_file=folder / "known_workers.json",
+    )

@@ -1,0 +1,337 @@
+"""``FleetController``: the fleet behind the fleet view, without widgets.
+
+It owns discovery (workers advertised on the LAN through zeroconf, and workers the user added by
+address, kept in ``workers.json``), probes every known worker periodically, pins each worker's
+key on first use, checks that the worker trusts this coordinator (pairing), and writes status and
+reason into the :class:`~fleetgui.app.fleet_model.FleetModel`. While a deployment runs, the
+``FleetSession``'s events (loading, running, lost, rejoined) arrive through
+:meth:`on_session_event` and take precedence over the probe's "online". Everything runs as
+asyncio tasks in Qt's loop (qasync); nothing here blocks the GUI thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from fleetgui.app import fleet_status
+from fleetgui.app.fleet_model import FleetModel
+from fleetgui.app.fleet_status import SessionState
+from fleetgui.app.local_pc import (
+    ESTIMATED_DISK_BYTES_PER_S,
+    ESTIMATED_MS_PER_LAYER,
+    coordinator_profile,
+)
+from fleetgui.app.pairing import check_paired, pair_with_code
+from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.errors import FleetguiError
+from fleetgui.fleet.coordinator import WorkerEndpoint
+from fleetgui.fleet.discovery import DiscoveryEvent, ManualWorkers, parse_address
+from fleetgui.fleet.info_probe import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    WorkerStatusReason,
+    probe_status,
+    zmq_endpoint,
+)
+from fleetgui.fleet.keys import KeyPair, KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.planner import DeviceProfile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FleetControllerConfig:
+    """How the app watches the fleet."""
+
+    probe_interval_s: float = 5.0  # between probe rounds of every known worker
+    probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S  # per probe
+    zeroconf: bool = True  # browse the LAN for advertised workers
+    workers_file: Path | None = None  # workers added by address; None: the config folder's
+    known_workers_file: Path | None = None  # pinned worker keys; None: the config folder's
+
+
+@dataclass
+class KnownWorker:
+    """A worker the app knows of, by address."""
+
+    host: str
+    port: int
+    manual: bool = False  # the user added it (kept in workers.json)
+    discovered: bool = False  # advertised on the LAN
+    info: WorkerInfo | None = None  # its last info record
+    paired: bool | None = None  # trusts this coordinator; None: not checked since last seen
+    hello: dict[str, Any] = field(default_factory=dict)  # its HELLO reply
+    rtt_ms: float = 0.0  # how long its last probe took
+    was_usable: bool = False  # was online at some point: failing now means lost
+    row: str | None = None  # the name of its row in the fleet model
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def placeholder(self) -> WorkerInfo:
+        """A row for a worker that never answered: named by its address."""
+        return WorkerInfo(self.address, self.host, self.port, "", "", 0)
+
+
+class FleetController(QObject):
+    """Discovery, probes, pairing and session events -> :class:`FleetModel` rows."""
+
+    usable_changed = Signal()  # a worker became usable or stopped being usable
+
+    def __init__(
+        self,
+        fleet: FleetModel,
+        identity: KeyPair,
+        config: FleetControllerConfig | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.fleet = fleet
+        self.identity = identity
+        self.config = config or FleetControllerConfig()
+        self.known = KnownWorkers(self.config.known_workers_file)
+        self.manual = ManualWorkers(self.config.workers_file)
+        self.session: Any = None  # the deployed FleetSession (set by the FleetDeployer)
+        self._workers: dict[str, KnownWorker] = {}  # by address, in the order first known
+        self._session_states: dict[str, SessionState] = {}  # by worker name
+        self._task: asyncio.Task[None] | None = None
+        self._browser: Any = None
+        self._pending: set[asyncio.Task[Any]] = set()
+        for host, port in self.manual.addresses:
+            self._worker(host, port).manual = True
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start browsing the LAN and probing the known workers."""
+        if self.config.zeroconf:
+            await self._start_browser()
+        self._task = asyncio.get_running_loop().create_task(self._probe_forever(), name="probes")
+
+    async def _start_browser(self) -> None:
+        from fleetgui.fleet.discovery import ZeroconfBrowser
+
+        browser = ZeroconfBrowser(self._on_discovered)
+        try:
+            await asyncio.wait_for(browser.start(), 10)
+        except Exception as exc:  # no multicast here: workers can still be added by address
+            log.warning("cannot browse the LAN for workers (%s); add them by address", exc)
+            with contextlib.suppress(Exception):
+                await browser.stop()
+            return
+        self._browser = browser
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._pending) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._task = None
+        if self._browser is not None:
+            with contextlib.suppress(Exception):
+                await self._browser.stop()
+            self._browser = None
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.config.probe_interval_s)
+
+    # -- user actions -------------------------------------------------------------------------
+
+    async def add_worker(self, address: str) -> None:
+        """Remember ``host:port`` and probe it now; raise saying why it is not usable."""
+        host, port = parse_address(address)
+        self.manual.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        worker = self._worker(host, port)
+        worker.manual = True
+        await self._refresh_one(worker)
+        row = self.fleet.get(worker.row) if worker.row else None
+        if row is not None and not row.status.usable and row.status is not WorkerStatus.NOT_PAIRED:
+            raise FleetguiError(f"worker {address}: {row}")
+
+    async def pair(self, name: str, code: str) -> None:
+        """Pair with the worker whose row is ``name``, with the code that worker shows."""
+        worker = next((w for w in self._workers.values() if w.row == name), None)
+        if worker is None or worker.info is None:
+            raise FleetguiError(
+                f"worker {name!r} has not answered yet: check that `fleetgui worker --pair` runs "
+                "there, then pair again"
+            )
+        await pair_with_code(self.identity, worker.info, code)
+        worker.paired = None
+        await self._refresh_one(worker)
+
+    # -- probing ------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Probe every known worker once, at the same time."""
+        results = await asyncio.gather(
+            *(self._refresh_one(w) for w in list(self._workers.values())), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                log.error("probing a worker failed", exc_info=result)
+
+    async def _refresh_one(self, worker: KnownWorker) -> None:
+        async with worker.lock:
+            started = time.monotonic()
+            status = await probe_status(
+                worker.host, worker.port, self.config.probe_timeout_s, last=worker.info
+            )
+            if not status.seen or status.info is None:
+                worker.paired = None
+                self._show_unseen(worker, status.reason, status.detail)
+                return
+            worker.rtt_ms = (time.monotonic() - started) * 1000
+            info = status.info
+            try:
+                self.known.check(info.address, info.name, info.public_key)
+            except WorkerKeyChangedError as exc:
+                worker.info, worker.paired = info, None
+                self._show(worker, info, WorkerStatus.KEY_CHANGED, str(exc))
+                return
+            if worker.info is None or worker.info.public_key != info.public_key:
+                worker.paired = None
+            worker.info = info
+            if worker.paired is not True:
+                check = await check_paired(self.identity, info, self.config.probe_timeout_s)
+                worker.paired, worker.hello = check.paired, check.hello
+                if check.error:  # the info port answers, the encrypted one does not
+                    worker.paired = None
+                    self._show_unseen(worker, WorkerStatusReason.NOT_ANSWERING, check.error)
+                    return
+            state = self._session_states.get(info.name)
+            row_status, reason = fleet_status.seen(bool(worker.paired), state)
+            self._show(worker, info, row_status, reason)
+
+    def _show_unseen(
+        self, worker: KnownWorker, reason: WorkerStatusReason | None, detail: str
+    ) -> None:
+        reason = reason or WorkerStatusReason.NOT_ANSWERING
+        status, text = fleet_status.unseen(reason, detail, was_usable=worker.was_usable)
+        info = worker.info or worker.placeholder()
+        state = self._session_states.get(info.name)
+        if state is not None and state.status == "lost" and state.reason:
+            text = f"{state.reason}; {text}"
+        self._show(worker, info, status, text, seen=False)
+
+    def _show(
+        self,
+        worker: KnownWorker,
+        info: WorkerInfo,
+        status: WorkerStatus,
+        reason: str,
+        *,
+        seen: bool = True,
+    ) -> None:
+        if worker.row is not None and worker.row != info.name:
+            self.fleet.remove(worker.row)  # the address placeholder, or a renamed worker
+        worker.row = info.name
+        was_usable = self._usable(worker)
+        old = self.fleet.get(info.name)
+        if status is WorkerStatus.LOST and old is not None and old.status is not WorkerStatus.LOST:
+            self.fleet.mark_lost(info.name, reason)  # once: the view says so
+        else:
+            self.fleet.upsert(info, status, reason, seen=seen)
+        if status.usable:
+            worker.was_usable = True
+        if self._usable(worker) != was_usable:
+            self.usable_changed.emit()
+
+    def _usable(self, worker: KnownWorker) -> bool:
+        row = self.fleet.get(worker.row) if worker.row else None
+        return row is not None and row.status.usable and bool(worker.paired)
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def _worker(self, host: str, port: int) -> KnownWorker:
+        address = f"{host}:{port}"
+        if address not in self._workers:
+            self._workers[address] = KnownWorker(host, port)
+        return self._workers[address]
+
+    def _on_discovered(self, event: DiscoveryEvent, info: WorkerInfo) -> None:
+        worker = self._worker(info.host, info.port)
+        if event is DiscoveryEvent.REMOVED:
+            worker.discovered = False
+            if not worker.manual and info.name not in self._session_states:
+                self._workers.pop(worker.address, None)
+                if worker.row is not None:
+                    self.fleet.remove(worker.row)
+            return
+        worker.discovered = True
+        task = asyncio.get_running_loop().create_task(self._refresh_one(worker))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # -- the deployment -----------------------------------------------------------------------
+
+    def usable_endpoints(self) -> list[WorkerEndpoint]:
+        """The workers a deployment may use, in the order they became known."""
+        return [
+            WorkerEndpoint(w.info.name, zmq_endpoint(w.info.host, w.info.port), w.info.public_key)
+            for w in self._workers.values()
+            if w.info is not None and self._usable(w)
+        ]
+
+    def on_session_event(self, name: str, status: str, reason: str) -> None:
+        """A ``FleetSession`` event (``on_event``): show it in the worker's row."""
+        state = SessionState(status, reason)
+        self._session_states[name] = state
+        worker = next((w for w in self._workers.values() if w.row == name), None)
+        if worker is None or worker.info is None:
+            log.debug("session event for unknown worker %s: %s", name, status)
+            return
+        row_status, text = fleet_status.from_session(state)
+        self._show(worker, worker.info, row_status, text, seen=status != "lost")
+
+    def session_closed(self) -> None:
+        """The deployment ended: rows go back to what the probes say."""
+        self.session = None
+        states, self._session_states = self._session_states, {}
+        for worker in self._workers.values():
+            if worker.info is not None and worker.info.name in states and worker.paired:
+                row = self.fleet.get(worker.info.name)
+                if row is not None and row.status.usable:
+                    self._show(worker, worker.info, WorkerStatus.ONLINE, "")
+
+    def device_profiles(self) -> list[DeviceProfile]:
+        """This PC, then every usable worker with its free memory (from its heartbeats while
+        deployed, else its last probe)."""
+        profiles = [coordinator_profile()]
+        links = getattr(self.session, "links", {}) if self.session is not None else {}
+        for worker in self._workers.values():
+            info = worker.info
+            if info is None or not self._usable(worker):
+                continue
+            link = links.get(info.name)
+            status = link.last_status if link is not None else {}
+            free = int(status.get("free_ram_bytes") or worker.hello.get("free_ram_bytes") or 0)
+            memory = free or info.free_ram_bytes or info.ram_bytes
+            if memory <= 0:
+                log.info("worker %s did not say how much memory it has; left out", info.name)
+                continue
+            rtt = link.rtt_ms if link is not None and link.rtt_ms is not None else worker.rtt_ms
+            profiles.append(
+                DeviceProfile(
+                    name=info.name,
+                    memory_bytes=memory,
+                    ms_per_layer=ESTIMATED_MS_PER_LAYER,
+                    disk_read_bytes_per_s=ESTIMATED_DISK_BYTES_PER_S,
+                    rtt_ms=rtt,
+                )
+            )
+        return profiles

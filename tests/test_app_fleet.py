@@ -1,0 +1,349 @@
+"""The desktop app, offscreen, driving the real window against a real local fleet: worker
+processes on loopback with CURVE on, tiny real models.
+
+Add workers by address and see them online (an unpaired one says so with the fix, a closed port
+says so), pair one with the code it shows, deploy with a progress bar per worker, chat and get
+the tokens an in-process run gives, switch to PP+SD with K 3 and redeploy, see the charts
+(per-hop round trip included), and kill -9 a worker mid-reply: it is marked lost while the
+reply completes with the same tokens (a spare takes its stage)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("qasync")
+
+from fleet_support import WorkerProcess, coordinator_identity, worker_process
+from PySide6.QtWidgets import QApplication, QPushButton
+from runtime_support import EXACT, export, perturbed_copy
+from test_app import TIMEOUT_MS, QtBot, new_chat, qloop, send_and_wait  # noqa: F401
+
+from fleetgui.app.core import AppCore
+from fleetgui.app.fleet_app import build_fleet_core
+from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
+from fleetgui.app.fleet_deployer import FleetDeployer
+from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
+from fleetgui.app.mode import Mode
+from fleetgui.app.views.main_window import MainWindow
+from fleetgui.fleet.coordinator import CoordinatorConfig
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.runtime.loader import load_local_pipeline
+from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+
+pytestmark = pytest.mark.slow
+
+FAST_LINKS = LinkConfig(heartbeat_interval_s=0.25, lost_after_s=1.5)
+TRUSTED = ("w1", "w2", "w3")
+
+
+@dataclass
+class PairingWorker(WorkerProcess):
+    """A worker started with ``--pair`` that does not trust the coordinator yet; ``code`` is
+    the one-time pairing code it prints."""
+
+    code: str = ""
+
+    def start(self) -> PairingWorker:
+        env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fleetgui", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=open(self.home / "stderr.log", "a"),  # noqa: SIM115
+            text=True,
+            env=env,
+        )
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("pairing code for"):
+                self.code = line.split(":", 1)[1].split()[0]
+            elif line.startswith("{") and json.loads(line).get("event") == "ready":
+                self.info = json.loads(line)
+                return self
+        raise RuntimeError(f"worker {self.name} did not become ready")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("app_fleet")
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_models: Callable[..., Path], root: Path) -> dict[str, Path]:
+    model = tiny_models("llama")
+    close = perturbed_copy(model, root / "close", scale=0.003)
+    return {
+        "3s": export(model, root / "exp-3s", stages=3),
+        "draft": export(close, root / "draft-1s", stages=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def identity(root: Path) -> KeyPair:
+    return coordinator_identity(root / "coordinator")
+
+
+@pytest.fixture(scope="module")
+def workers(root: Path, identity: KeyPair) -> Iterator[dict[str, WorkerProcess]]:
+    """w1, w2, w3 trust the coordinator; newpc shows a pairing code instead."""
+    trusted = root / "authorized_keys"
+    trusted.write_text(f"{identity.public} app-test\n")
+    started: dict[str, WorkerProcess] = {n: worker_process(root, n, trusted) for n in TRUSTED}
+    fresh = worker_process(root, "newpc", root / "newpc_authorized_keys", extra=["--pair"])
+    started["newpc"] = PairingWorker(fresh.name, fresh.home, fresh.args)
+    try:
+        with ThreadPoolExecutor(len(started)) as pool:  # they start in parallel
+            list(pool.map(lambda w: w.start(), started.values()))
+        yield started
+    finally:
+        for worker in started.values():
+            worker.stop()
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> str:
+    return f"127.0.0.1:{free_port_pair()}"  # nothing listens there
+
+
+def drive(coro: Coroutine[Any, Any, Any], timeout_s: float = 60.0) -> Any:
+    """Run ``coro`` on qasync's loop (already running inside Qt) until it is done."""
+    task = asyncio.ensure_future(coro)
+    deadline = time.monotonic() + timeout_s
+    while not task.done():
+        if time.monotonic() > deadline:
+            task.cancel()
+            raise TimeoutError("the coroutine did not finish in time")
+        QApplication.processEvents()
+        time.sleep(0.005)
+    return task.result()
+
+
+@dataclass
+class App:
+    core: AppCore
+    window: MainWindow
+    controller: FleetController
+    deployer: FleetDeployer
+    results: list[GenerationResult]
+    requests: list[tuple[str, GenerationOptions]]
+
+
+@pytest.fixture(scope="module")
+def app(
+    qloop: asyncio.AbstractEventLoop,  # noqa: F811
+    identity: KeyPair,
+    root: Path,
+    workers: dict[str, WorkerProcess],  # torn down after the app
+) -> Iterator[App]:
+    home = root / "app_home"
+    core, controller = build_fleet_core(
+        identity,
+        controller_config=FleetControllerConfig(
+            probe_interval_s=0.5,
+            probe_timeout_s=2.0,
+            zeroconf=False,
+            workers_file=home / "workers.json",
+            known_workers_file=home / "known_workers.json",
+        ),
+        coordinator_config=CoordinatorConfig(link=FAST_LINKS, local=EXACT, rejoin_interval_s=0.5),
+        settings_path=home / "settings.json",
+        history_dir=home / "chats",
+    )
+    deployer = core.deployment.deployer
+    assert isinstance(deployer, FleetDeployer)
+    window = MainWindow(core)
+    window.show()
+    state = App(core, window, controller, deployer, [], [])
+    core.inference.finished.connect(lambda _, result: state.results.append(result))
+    submit = core.inference.submit
+
+    def spy(prompt: str, options: GenerationOptions) -> int:
+        state.requests.append((prompt, options))
+        return submit(prompt, options)
+
+    core.inference.submit = spy  # type: ignore[method-assign]
+    drive(core.fleet_actions.start())
+    yield state
+    core.session.stop_all()
+    drive(core.inference.unload())
+    drive(core.fleet_actions.close())
+    window.close()
+
+
+def status_of(window: MainWindow, name: str) -> str:
+    """The fleet view's status text of worker ``name`` ("" if it has no row)."""
+    table = window.fleet_view.table
+    for row in range(table.rowCount()):
+        item = table.item(row, 0)
+        if item is not None and item.text() == name:
+            status = table.item(row, 1)
+            return status.text() if status is not None else ""
+    return ""
+
+
+def reference_tokens(
+    export_dir: Path, prompt: str, options: GenerationOptions, draft: Path | None = None
+) -> list[int]:
+    """The same reply generated in this process, every stage here."""
+
+    async def run() -> list[int]:
+        pipeline = load_local_pipeline(export_dir, draft_dir=draft, config=EXACT)
+        try:
+            return list((await pipeline.complete(prompt, options)).token_ids)
+        finally:
+            await pipeline.close()
+
+    return drive(run())
+
+
+def deploy(qtbot: QtBot, app: App, export_dir: Path) -> list[Any]:
+    """Choose ``export_dir`` and press Deploy; returns the progress steps."""
+    steps: list[Any] = []
+    deployment = app.core.deployment
+    deployment.deploy_progress.connect(steps.append)
+    view = app.window.deploy_view
+    view.choose_requested.emit(str(export_dir))
+    try:
+        with qtbot.waitSignal(deployment.deployed, timeout=TIMEOUT_MS):
+            view.deploy_button.click()
+    finally:
+        deployment.deploy_progress.disconnect(steps.append)
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    return steps
+
+
+def test_add_workers_by_address_and_see_why_one_is_not_usable(
+    qtbot: QtBot, app: App, workers: dict[str, WorkerProcess], closed_port: str
+) -> None:
+    view, window = app.window.fleet_view, app.window
+    for worker in workers.values():
+        view.address.setText(worker.address)
+        view.address.returnPressed.emit()
+    for name in TRUSTED:
+        qtbot.waitUntil(lambda n=name: status_of(window, n) == "online", timeout=TIMEOUT_MS)  # type: ignore[misc]
+    qtbot.waitUntil(lambda: status_of(window, "newpc").startswith("not paired"))
+    assert "fleetgui worker --pair" in status_of(window, "newpc")  # with the fix
+    view.address.setText(closed_port)
+    view.address.returnPressed.emit()
+    qtbot.waitUntil(lambda: status_of(window, closed_port).startswith("port closed"))
+    qtbot.waitUntil(lambda: "port closed" in window.messages.label.text())
+    assert [e.name for e in app.controller.usable_endpoints()] == list(TRUSTED)
+    memory = {p.name: p.memory_bytes for p in app.core.deployment.devices.device_profiles()}
+    assert set(memory) >= set(TRUSTED) and all(v > 0 for v in memory.values())
+
+
+def test_pair_a_worker_with_the_code_it_shows(
+    qtbot: QtBot, app: App, workers: dict[str, WorkerProcess]
+) -> None:
+    view, window = app.window.fleet_view, app.window
+    code = workers["newpc"].code  # type: ignore[attr-defined]
+    assert code
+    table = view.table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "newpc")
+    table.selectRow(row)
+    view.code.setText("wrong-code")
+    pair = next(b for b in view.findChildren(QPushButton) if b.text() == "Pair selected")
+    pair.click()
+    qtbot.waitUntil(lambda: "wrong pairing code" in window.messages.label.text())
+    qtbot.wait(600)  # the worker refuses attempts less than half a second apart
+    view.code.setText(code)
+    pair.click()
+    qtbot.waitUntil(lambda: status_of(window, "newpc") == "online", timeout=15_000)
+    assert workers["newpc"].info["public_key"] in app.controller.known.pinned(
+        workers["newpc"].address, "newpc"
+    )
+
+
+def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
+    qtbot: QtBot, app: App, exports: dict[str, Path]
+) -> None:
+    steps = deploy(qtbot, app, exports["3s"])
+    session = app.deployer.session
+    assert session is not None and session.assignment is not None
+    members = [m.name for m in session.assignment.members]
+    assert len(members) == 2 and len(session.assignment.spares) == 2
+    bars = app.window.deploy_view.worker_bars
+    for name in members:
+        assert {s.step for s in steps if s.worker == name} >= {"loading the stages", "ready"}
+        assert bars[name].value() == 1000  # its progress bar is full
+        qtbot.waitUntil(lambda n=name: status_of(app.window, n).startswith("busy"))  # type: ignore[misc]
+    assert "the fleet" in app.window.pipeline_state.text()
+
+    conversation = new_chat(app.window, max_new_tokens=24)
+    deltas = send_and_wait(qtbot, app.window, "def add(a, b):")
+    prompt, options = app.requests[-1]
+    result = app.results[-1]
+    assert result.token_ids == reference_tokens(exports["3s"], prompt, options)
+    assert "".join(deltas) == app.core.session.get(conversation).messages[-1].text != ""
+
+
+def test_switch_to_pp_sd_with_k_redeploy_and_the_charts_follow(
+    qtbot: QtBot, app: App, exports: dict[str, Path]
+) -> None:
+    panel, store = app.window.mode_panel, app.core.feed.store
+    panel.draft.setText(str(exports["draft"]))
+    panel.buttons[Mode.PP_SD].setChecked(True)
+    panel.k_auto.setChecked(False)
+    panel.k.setValue(3)
+    assert "K 3" in app.window.mode_state.text()
+    deploy(qtbot, app, exports["3s"])
+    assert app.core.inference.has_draft
+
+    new_chat(app.window, max_new_tokens=24)
+    send_and_wait(qtbot, app.window, "The old lighthouse keeper")
+    prompt, options = app.requests[-1]
+    assert options.speculative and options.k == 3
+    result = app.results[-1]
+    assert result.token_ids == reference_tokens(exports["3s"], prompt, options, exports["draft"])
+    assert result.acceptance_rate is not None
+    for chart in (STAGE_MS, TOKENS_PER_S, HOP_MS, ACCEPTANCE, CHOSEN_K):
+        assert store.series(chart), chart.title
+    assert max(store.series(CHOSEN_K)[0].y) <= 3
+    hop = store.series(HOP_MS)[0]
+    qtbot.waitUntil(lambda: len(app.window.dashboard.curves[("hop_ms", hop.name)].xData) > 0)
+
+
+def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
+    qtbot: QtBot, app: App, workers: dict[str, WorkerProcess], exports: dict[str, Path]
+) -> None:
+    session = app.deployer.session
+    assert session is not None and session.assignment is not None
+    victim = session.assignment.members[-1].name
+    pieces = 0
+
+    def kill_on_second_piece(_: str, __: str) -> None:
+        nonlocal pieces
+        pieces += 1
+        if pieces == 2:
+            workers[victim].kill()
+
+    app.core.session.reply_delta.connect(kill_on_second_piece)
+    try:
+        new_chat(app.window, max_new_tokens=40)
+        send_and_wait(qtbot, app.window, "Once upon a time")
+    finally:
+        app.core.session.reply_delta.disconnect(kill_on_second_piece)
+    assert pieces > 2, "the reply went on after the kill"
+    prompt, options = app.requests[-1]
+    reference = reference_tokens(exports["3s"], prompt, options, exports["draft"])
+    assert app.results[-1].token_ids == reference
+    assert session.failovers == [victim]
+    assert victim not in [m.name for m in session.assignment.members]
+    qtbot.waitUntil(lambda: status_of(app.window, victim).startswith("lost"))
+    assert f"worker {victim} lost" in app.window.messages.label.text().lower()
+    qtbot.wait(1500)  # later probes (port closed now) keep it lost
+    assert status_of(app.window, victim).startswith("lost")
