@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
+import sys
+from typing import Any
 
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
 DESCRIPTION = (
     "Build or reuse the demo model pair, export it in 2 stages, start 2 local worker agents, "
-    "deploy over the real protocol and open the app with the chat ready."
+    "deploy over the real protocol and open the app with the chat ready (or chat in the "
+    "terminal with --headless). The workers stop when the demo ends, also on Ctrl+C."
 )
+MODES = ("pp", "pp+sd", "pp+sd+mb")
 log = logging.getLogger(__name__)
 
 
@@ -18,12 +24,116 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true", help="chat in the terminal, no app")
     parser.add_argument("--prompt", metavar="TEXT", help="answer once and exit (with --headless)")
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
-    parser.add_argument("--size", choices=("small", "tiny"), default="small")
+    parser.add_argument(
+        "--size",
+        choices=("small", "tiny"),
+        default="small",
+        help="small: the real demo (built once, minutes); tiny: for tests",
+    )
+    parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
+    parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
+    parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from fleetgui.errors import FleetguiError
+    from fleetgui.runtime.pipeline import GenerationOptions
+
+    k = None
+    if args.k != "auto":
+        if not args.k.isdigit():
+            raise FleetguiError(f"--k must be a number from 1 to 16 or 'auto', not {args.k!r}")
+        k = int(args.k)
+    return GenerationOptions(max_new_tokens=args.max_new_tokens, speculative=args.mode != "pp", k=k)
+
+
+async def _headless(args: argparse.Namespace) -> int:
+    from fleetgui.commands.generate import result_record
+    from fleetgui.demo.progress import TqdmProgress
+    from fleetgui.demo.session import start_demo
+
+    bar = TqdmProgress()
+    try:
+        demo = await start_demo(args.size, progress=bar)
+    finally:
+        bar.close()
+    options = _options(args)
+    try:
+        if args.prompt is not None:
+            result = await _answer(demo.pipeline, args.prompt, options, stream=not args.json)
+            if args.json:
+                print(json.dumps(result_record(result, options.speculative)))
+            return 0
+        print(
+            f"demo ready: {demo.pair.root.name} on 2 local workers, mode {args.mode}. Type a "
+            "prompt (code works best); an empty line or Ctrl+D quits.",
+            file=sys.stderr,
+        )
+        while True:
+            try:
+                prompt = await asyncio.to_thread(input, ">>> ")
+            except EOFError:
+                break
+            if not prompt.strip():
+                break
+            await _answer(demo.pipeline, prompt, options, stream=True)
+        return 0
+    finally:
+        await demo.close()
+
+
+async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> Any:
+    result = None
+    async for item in pipeline.stream(prompt, options):
+        if hasattr(item, "finish_reason"):
+            result = item
+        elif stream:
+            sys.stdout.write(item.text)
+            sys.stdout.flush()
+    if stream and result is not None:
+        print()
+        rate = f"{result.tokens_per_s:.1f} tok/s, TTFT {result.ttft_ms:.0f} ms"
+        if result.acceptance_rate is not None:
+            rate += f", acceptance {result.acceptance_rate:.0%}"
+        print(f"[{len(result.token_ids)} tokens, {rate}]", file=sys.stderr)
+    return result
+
+
+def _with_app(args: argparse.Namespace) -> int:
+    from fleetgui import paths
+    from fleetgui.commands import gui
+    from fleetgui.demo.builder import ensure_demo_pair
+    from fleetgui.demo.progress import TqdmProgress
+    from fleetgui.demo.session import WORKERS, export_pair
+    from fleetgui.fleet.local_fleet import LocalFleet
+
+    bar = TqdmProgress()
+    try:
+        pair = ensure_demo_pair(args.size, None, False, bar)
+    finally:
+        bar.close()
+    target, draft = export_pair(pair, args.size)
+    with LocalFleet(paths.data_dir() / "demo-fleet") as fleet:
+        fleet.start(list(WORKERS))
+        fleet.identity()
+        gui_args = argparse.Namespace(
+            export_dir=target,
+            draft=draft,
+            workers=",".join(w.address for w in fleet.workers),
+            identity=fleet.root / "coordinator",
+            screenshot=None,
+            prompt=None,
+        )
+        return gui.run(gui_args)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetgui.errors import NotAvailableError
-
-    raise NotAvailableError(
-        "the demo is not available in this version yet; 'fleetgui --help' lists what is"
-    )
+    if args.prompt is not None and not args.headless:
+        args.headless = True  # --prompt answers once in the terminal
+    if args.headless:
+        try:
+            return asyncio.run(_headless(args))
+        except KeyboardInterrupt:
+            print("\nstopped; the local workers were shut down", file=sys.stderr)
+            return 130
+    return _with_app(args)

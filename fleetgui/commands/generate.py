@@ -79,7 +79,8 @@ def _options(args: argparse.Namespace) -> Any:
     )
 
 
-def _record(result: Any, speculative: bool) -> dict[str, Any]:
+def result_record(result: Any, speculative: bool) -> dict[str, Any]:
+    """The JSON object `generate --json` (and `demo --json`) prints for one answer."""
     record: dict[str, Any] = {
         "prompt": result.prompt,
         "text": result.text,
@@ -161,7 +162,7 @@ def _print_results(
     total_tokens = sum(len(r.token_ids) for r in results)
     if args.json:
         for result in results:
-            print(json.dumps(_record(result, speculative)))
+            print(json.dumps(result_record(result, speculative)))
         aggregate = {
             "aggregate": True,
             "streams": len(results),

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ready-json", action="store_true", help="print one JSON line when ready (for scripts)"
     )
+    parser.add_argument(
+        "--exit-with", type=int, metavar="PID", help="stop when process PID exits (local fleets)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         pair=args.pair,
         advertise=not args.no_advertise,
         ready_json=args.ready_json,
+        exit_with=args.exit_with,
     )
     identity = worker_identity(args.key)
     asyncio.run(run_worker(config, identity))

@@ -164,6 +164,34 @@ def _previous_stages(out_dir: Path) -> dict[str, StageEntry]:
         return {}
 
 
+def _checked_out_dir(out: Path) -> Path:
+    if out.exists() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
+        raise ExportError(
+            f"{out} exists and is not a fleetgui export; choose another --out or empty it"
+        )
+    return out
+
+
+def _up_to_date(out_dir: Path, keys: list[str], model_hash: str, verify: bool) -> Manifest | None:
+    """The existing export in ``out_dir`` if it was built from the same model with exactly these
+    stages and every file it lists is there at its size; else None. (A verified export only
+    counts when verification is asked for again: verify runs before the folder is published.)"""
+    if verify or not (out_dir / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = read_manifest(out_dir)
+    except ManifestError:
+        return None
+    if manifest.model_hash != model_hash or [s.key for s in manifest.stages] != keys:
+        return None
+    files = [f for s in manifest.stages for f in s.files] + list(manifest.tokenizer_files)
+    for entry in files:
+        path = out_dir / entry.path
+        if not path.is_file() or path.stat().st_size != entry.size:
+            return None
+    return manifest
+
+
 def _marker(partial: Path, key: str) -> Path:
     return partial / f"{key[:24]}{_DONE_SUFFIX}"
 
@@ -278,13 +306,15 @@ def export_model(
     source = open_model_source(request.model_dir)
     adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
     shards = plan_shards(source, request)
-    out = Path(request.out_dir)
-    if out.exists() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
-        raise ExportError(
-            f"{out} exists and is not a fleetgui export; choose another --out or empty it"
-        )
+    out = _checked_out_dir(Path(request.out_dir))
     previous = _previous_stages(out)
     keys = [stage_key(source, shard, request) for shard in shards]
+    current = _up_to_date(out, keys, source.identity_hash, verify is not None)
+    if current is not None:
+        log.info("export: %s is up to date", out)
+        if progress is not None:
+            progress(ExportProgress(1, 1, f"{out}: up to date, every stage reused"))
+        return current
     reusable = sum(sum(f.size for f in previous[k].files) for k in keys if k in previous)
     _check_disk_space(source, request, reusable)
     partial = out.with_name(f".{out.name}.partial")

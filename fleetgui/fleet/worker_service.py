@@ -44,6 +44,7 @@ class ServiceConfig:
     pair: bool = False  # show a one-time pairing code
     advertise: bool = True  # DNS-SD on the LAN
     ready_json: bool = False  # print one JSON line when ready (for scripts)
+    exit_with: int | None = None  # stop when this process (the one that started us) is gone
 
 
 def free_port_pair(host: str = "127.0.0.1", attempts: int = 50) -> int:
@@ -134,6 +135,8 @@ async def run_worker(
         _report_ready(ready, identity, config)
         if on_ready is not None:
             on_ready(ready)
+        if config.exit_with is not None:
+            loop.create_task(_watch_parent(config.exit_with, stop))
         serving = loop.create_task(agent.serve())
         stopping = loop.create_task(stop.wait())
         done, _ = await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -150,6 +153,16 @@ async def run_worker(
         await probe.close()
         await agent.close()
         log.info("worker %s stopped", config.worker.name)
+
+
+async def _watch_parent(pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once process ``pid`` has exited (a local fleet dies with its starter)."""
+    import psutil
+
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        await asyncio.sleep(1.0)
+    log.warning("process %d that started this worker is gone; stopping", pid)
+    stop.set()
 
 
 async def _advertise(info: WorkerInfo) -> ZeroconfAdvertiser | None:

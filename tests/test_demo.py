@@ -1,0 +1,83 @@
+"""``fleetgui demo --headless --prompt ... --json`` end to end: the tiny demo pair, exported,
+deployed on 2 real local worker processes over the encrypted protocol, answering once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.pipeline import GenerationOptions
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "def fibonacci(n):\n    "
+
+
+def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+    command = [sys.executable, "-m", "fleetgui", "demo", "--headless", "--size", "tiny", *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+
+
+def _workers_of(home: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "worker" in cmdline and any(str(home) in part for part in cmdline):
+            found.append(process)
+    return found
+
+
+def test_demo_headless_answers_once_as_json(demo_pair_tiny: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    run = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "24")
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(record) >= {"text", "token_ids", "ttft_ms", "tokens_per_s", "acceptance_rate"}
+    assert len(record["token_ids"]) == 24
+    assert 0.0 <= record["acceptance_rate"] <= 1.0
+    assert record["tokens_per_s"] > 0
+    # PP+SD greedy over the fleet is the target's own greedy continuation.
+    export = home / "shards_cache" / "demo-tiny-target-2stages"
+    stage = StageConfig(threads=1)
+    pipe = load_local_pipeline(export, config=LocalPipelineConfig(stage=stage))
+
+    async def reference() -> list[int]:
+        try:
+            result = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=24))
+            return result.token_ids
+        finally:
+            await pipe.close()
+
+    assert record["token_ids"] == asyncio.run(reference())
+    time.sleep(1.0)
+    assert _workers_of(home) == []  # the demo's workers ended with it
+
+
+def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    first = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp")
+    assert first.returncode == 0, first.stderr[-3000:]
+    stamp = (home / "shards_cache" / "demo-tiny-target-2stages" / "manifest.json").stat()
+    second = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp")
+    assert second.returncode == 0, second.stderr[-3000:]
+    again = (home / "shards_cache" / "demo-tiny-target-2stages" / "manifest.json").stat()
+    assert again.st_mtime_ns == stamp.st_mtime_ns  # the export was reused, not redone
+    one, two = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, second))
+    assert one["token_ids"] == two["token_ids"]
+    assert one.get("acceptance_rate") is None
