@@ -164,6 +164,12 @@ def _previous_stages(out_dir: Path) -> dict[str, StageEntry]:
         return {}
 
 
+def _report_up_to_date(out: Path, progress: ProgressCallback | None) -> None:
+    log.info("export: %s is up to date", out)
+    if progress is not None:
+        progress(ExportProgress(1, 1, f"{out}: up to date, every stage reused"))
+
+
 def _checked_out_dir(out: Path) -> Path:
     if out.exists() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
         raise ExportError(
@@ -311,9 +317,7 @@ def export_model(
     keys = [stage_key(source, shard, request) for shard in shards]
     current = _up_to_date(out, keys, source.identity_hash, verify is not None)
     if current is not None:
-        log.info("export: %s is up to date", out)
-        if progress is not None:
-            progress(ExportProgress(1, 1, f"{out}: up to date, every stage reused"))
+        _report_up_to_date(out, progress)
         return current
     reusable = sum(sum(f.size for f in previous[k].files) for k in keys if k in previous)
     _check_disk_space(source, request, reusable)
