@@ -212,13 +212,12 @@ def test_pair_is_two_llamas_sharing_one_tokenizer(demo_pair_tiny: Path) -> None:
 def test_distilled_draft_agrees_with_the_target_on_held_out_code(demo_pair_tiny: Path) -> None:
     acceptance = _info(demo_pair_tiny)["acceptance"]
     assert set(acceptance["block_acceptance"]) == {str(k) for k in range(1, 9)}
-    block = [acceptance["block_acceptance"][str(k)] for k in range(1, 9)]
-    # a longer block can only fail more often
-    assert block == sorted(block, reverse=True)
+    block = acceptance["block_acceptance"]
+    assert 0.0 < block["8"] < block["1"] <= 1.0  # long blocks are cut short more often...
     assert acceptance["per_token_agreement"] >= TINY_MIN_AGREEMENT
     steps = acceptance["tokens_per_target_step"]
     assert 1.0 < steps["1"] <= 2.0
-    assert steps["8"] > steps["1"]
+    assert steps["8"] > steps["1"]  # ...yet yield more tokens per target step
 
 
 @pytest.mark.slow
@@ -261,6 +260,12 @@ def test_cli_rebuild_over_an_incomplete_folder_is_identical_then_reused(
 
     assert load_pair(out, "tiny") is not None
     assert load_pair(out, "small") is None
+    record = _info(out)
+    record["spec"]["target_train"]["steps"] += 1  # built from another recipe: not reused
+    (out / INFO_FILE).write_text(json.dumps(record), encoding="utf-8")
+    assert load_pair(out, "tiny") is None
+    (out / INFO_FILE).write_text(json.dumps(second), encoding="utf-8")
+    assert load_pair(out, "tiny") is not None
     (out / "draft" / "tokenizer_config.json").write_text("{}", encoding="utf-8")
     assert load_pair(out, "tiny") is None  # a changed file: not reused
 

@@ -69,17 +69,29 @@ def default_dir(size: str) -> Path:
     return shards_cache_dir() / f"demo-model-{size}"
 
 
+def _is_current(info: Any, size: str | None) -> bool:
+    """Whether a build record is a complete build by this builder version from the current
+    recipe of its size (and of ``size`` when given)."""
+    if not isinstance(info, dict) or info.get("format") != FORMAT or not info.get("complete"):
+        return False
+    built_size = info.get("size")
+    if info.get("builder_version") != BUILDER_VERSION or built_size not in SIZES:
+        return False
+    if size is not None and built_size != size:
+        return False
+    return bool(info.get("spec") == _as_json(get_spec(built_size).to_dict()))
+
+
 def load_pair(out_dir: Path, size: str | None = None) -> DemoPair | None:
-    """The pair in ``out_dir`` if it is a complete build by this builder version (and of
-    ``size`` when given) whose model files all match their recorded hashes; else None."""
+    """The pair in ``out_dir`` if it is a complete build by this builder version from the
+    current recipe of its size (and of ``size`` when given) whose model files all match their
+    recorded hashes; else None."""
     root = Path(out_dir)
     try:
         info = json.loads((root / INFO_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(info, dict) or info.get("format") != FORMAT or not info.get("complete"):
-        return None
-    if info.get("builder_version") != BUILDER_VERSION or (size and info.get("size") != size):
+    if not _is_current(info, size):
         return None
     files = info.get("files")
     expected = {f"{sub}/{name}" for sub in ("target", "draft") for name in MODEL_FILES}
@@ -188,6 +200,11 @@ def build_demo_pair(
         replace_dir(tmp, out_dir)
     log.info("demo pair ready in %s (%.0f s)", out_dir, info["build_time_s"])
     return DemoPair(out_dir, info)
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 def _combined_hash(files: dict[str, str]) -> str:
