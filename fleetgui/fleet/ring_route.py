@@ -30,7 +30,7 @@ from fleetgui.fleet.protocol import (
     result_from_message,
 )
 from fleetgui.fleet.secure_socket import RequestTimeoutError
-from fleetgui.runtime.route import Route
+from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, Stage
 
 log = logging.getLogger(__name__)
@@ -148,14 +148,15 @@ class RingRoute(Route):
         compute: dict[int, float] = {}
         current = request
         result = ForwardResult(request.stream_id)
-        for index, stage in enumerate(ring.local):
-            last = index == len(ring.local) - 1 and not ring.members
-            result = await stage.forward(current if last else replace(current, head=None))
+        if ring.local:
+            local = LocalRoute(ring.local)
+            result = await local.run(replace(request, head=None) if ring.members else request)
+            if not ring.members:
+                return result
             compute.update(result.compute_ms)
-            if not last:
-                if result.payload is None:
-                    raise RuntimeError(f"stage {stage.index} returned no hidden states")
-                current = replace(request, payload=result.payload)
+            if result.payload is None:
+                raise RuntimeError("the coordinator's stages returned no hidden states")
+            current = replace(request, payload=result.payload)
         if ring.members:
             targets = [ring.members[0]] if ring.topology == "ring" else list(ring.members)
             for position, link in enumerate(targets):

@@ -119,6 +119,7 @@ async def run_worker(
     probe = InfoProbeServer(info, config.host, port)
     advertiser = None
     serving: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None
     try:
         await agent.bind(zmq_endpoint(config.host, port))
         await probe.start()
@@ -136,7 +137,7 @@ async def run_worker(
         if on_ready is not None:
             on_ready(ready)
         if config.exit_with is not None:
-            loop.create_task(_watch_parent(config.exit_with, stop))
+            watcher = loop.create_task(_watch_parent(config.exit_with, stop))
         serving = loop.create_task(agent.serve())
         stopping = loop.create_task(stop.wait())
         done, _ = await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -144,6 +145,8 @@ async def run_worker(
         if serving in done:
             serving.result()  # re-raise what ended the agent
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if serving is not None:
             serving.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
