@@ -19,8 +19,13 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from fleetgui.fleet.forward_codec import (
+    encode_forward,
+)
 from fleetgui.fleet.keys import Authorizer, KeyPair
-from fleetgui.fleet.protocol import encode, encode_forward
+from fleetgui.fleet.protocol import (
+    encode,
+)
 from fleetgui.fleet.secure_socket import SecureClient, SecureServer
 from fleetgui.runtime.stage import ForwardRequest
 

@@ -12,6 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fleetgui.fleet.forward_codec import (
+    decode_forward,
+    decode_result,
+    encode_forward,
+    encode_result,
+)
 from fleetgui.fleet.protocol import (
     HEADER,
     MAGIC,
@@ -28,11 +34,7 @@ from fleetgui.fleet.protocol import (
     ProtocolVersionError,
     RemoteError,
     decode,
-    decode_forward,
-    decode_result,
     encode,
-    encode_forward,
-    encode_result,
     error_message,
     raise_if_error,
 )

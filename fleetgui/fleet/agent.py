@@ -29,6 +29,12 @@ from typing import Any
 import psutil
 
 from fleetgui.fleet.blob_store import BlobError, BlobStore
+from fleetgui.fleet.forward_codec import (
+    compute_ms_from,
+    encode_forward,
+    encode_result,
+    request_from_message,
+)
 from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
 from fleetgui.fleet.keys import Authorizer, KeyPair
 from fleetgui.fleet.protocol import (
@@ -37,12 +43,8 @@ from fleetgui.fleet.protocol import (
     Message,
     Op,
     ProtocolError,
-    compute_ms_from,
     encode,
-    encode_forward,
-    encode_result,
     error_message,
-    request_from_message,
 )
 from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, SecureServer
 from fleetgui.runtime.ov_stage import StageConfig

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from fleetgui.fleet.forward_codec import (
+    encode_forward,
+    result_from_message,
+)
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.protocol import (
     Message,
     Op,
-    encode_forward,
     raise_if_error,
-    result_from_message,
 )
 from fleetgui.fleet.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import LocalRoute, Route
