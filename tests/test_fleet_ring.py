@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -131,7 +132,13 @@ def test_fleet_greedy_matches_monolithic(
 
 
 async def _generate_and_kill(
-    session: FleetSession, victim: WorkerProcess, prompt: str, after_tokens: int, **options: object
+    session: FleetSession,
+    victim: WorkerProcess,
+    prompt: str,
+    after_tokens: int,
+    *,
+    how: str = "kill",
+    **options: object,
 ) -> GenerationResult:
     pipe = session.pipeline(draft_dir=options.pop("draft", None))  # type: ignore[arg-type]
     seen = 0
@@ -142,31 +149,42 @@ async def _generate_and_kill(
         else:
             seen += 1
             if seen == after_tokens:
-                victim.kill()
+                if how == "kill":
+                    victim.kill()
+                else:  # a hung worker: alive, connected, silent
+                    assert victim.process is not None
+                    victim.process.send_signal(signal.SIGSTOP)
     assert result is not None
     return result
 
 
-def test_kill_worker_spare_takes_over(
+@pytest.mark.parametrize("how", ["kill", "hang"])
+def test_lost_worker_spare_takes_over(
+    how: str,
     exports: dict[str, Path],
     references: dict[str, list[int]],
     identity: KeyPair,
     fleet_root: Path,
     authorized_keys: Path,
 ) -> None:
-    """3 stages: coordinator, a, b; spare c. kill -9 b mid-generation: c takes its stage."""
-    with running_workers(fleet_root / "spare", ["a", "b", "c"], authorized_keys) as ws:
+    """3 stages: coordinator, a, b; spare c. b is killed (-9) or hangs (SIGSTOP) mid-generation:
+    it is noticed within seconds, c takes its stage and the text is unchanged."""
+    with running_workers(fleet_root / f"spare-{how}", ["a", "b", "c"], authorized_keys) as ws:
 
         async def main() -> None:
             session = await _session(identity, ws, exports["3"])
             try:
                 assert session.assignment.spares == ("c",)
-                result = await _generate_and_kill(session, ws[1], PROMPTS[0], after_tokens=8)
+                started = time.monotonic()
+                result = await _generate_and_kill(session, ws[1], PROMPTS[0], 8, how=how)
                 assert result.token_ids == references[PROMPTS[0]]
+                assert time.monotonic() - started < FAST_LINKS.lost_after_s + 10
                 assert session.failovers == ["b"]
                 assert [m.name for m in session.assignment.members] == ["a", "c"]
             finally:
                 await session.close()
+                if how == "hang" and ws[1].process is not None:
+                    ws[1].process.send_signal(signal.SIGCONT)
 
         asyncio.run(main())
 
