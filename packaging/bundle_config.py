@@ -250,10 +250,12 @@ def icon() -> str | None:
 
 
 def without_stray_openvino_copies(
-    binaries: list[tuple[str, str, str]],
+    toc: list[tuple[str, str, str]], binaries: list[tuple[str, str, str]]
 ) -> list[tuple[str, str, str]]:
-    """``binaries`` (PyInstaller TOC entries ``(dest, src, typecode)``) without the extra copies
-    of OpenVINO's libraries that dependency analysis puts at the bundle's top level.
+    """``toc`` (PyInstaller entries ``(dest, src, typecode)``: ``a.binaries`` or ``a.datas``)
+    without the extra copies of OpenVINO's libraries that dependency analysis puts at the
+    bundle's top level (files, or on Linux symlinks, which PyInstaller lists among the datas);
+    ``binaries`` is ``a.binaries``, which holds the real ones in ``openvino/libs``.
 
     ``libopenvino`` finds its plugins and frontends in its own folder. Two copies of it (a
     symlink on Linux, a second file on Windows, where the DLL search order between the two
@@ -267,7 +269,7 @@ def without_stray_openvino_copies(
         if Path(dest).parent.as_posix() == "openvino/libs"
     }
     kept = []
-    for entry in binaries:
+    for entry in toc:
         dest = Path(entry[0])
         if dest.parent == Path(".") and dest.name in in_libs:
             log.info("leaving out the top-level copy %s (it is in openvino/libs)", dest.name)

@@ -68,6 +68,7 @@ def _load(name: str) -> ModuleType:
         spec = importlib.util.spec_from_file_location(name, PACKAGING / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
     finally:
