@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 NAME = "demo"
@@ -33,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
     parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
     parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="DIR",
+        help="render the app's views with the demo running to DIR/*.png and exit",
+    )
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -121,14 +128,14 @@ def _with_app(args: argparse.Namespace) -> int:
             draft=draft,
             workers=",".join(w.address for w in fleet.workers),
             identity=fleet.root / "coordinator",
-            screenshot=None,
-            prompt=None,
+            screenshot=args.screenshot,
+            prompt=[args.prompt] if args.prompt else None,
         )
         return gui.run(gui_args)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.prompt is not None and not args.headless:
+    if args.prompt is not None and not args.headless and args.screenshot is None:
         args.headless = True  # --prompt answers once in the terminal
     if args.headless:
         try:
