@@ -50,14 +50,24 @@ def exports(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathF
     }
 
 
-@pytest.fixture(scope="module")
+_LOOPS: list[asyncio.AbstractEventLoop] = []  # one per session, shared by the app test modules
+
+
+@pytest.fixture(scope="session")
 def qloop(qapp: QApplication) -> Iterator[asyncio.AbstractEventLoop]:
-    """qasync's loop on the test's QApplication: tasks run while pytest-qt waits."""
+    """qasync's loop on the test's QApplication: tasks run while pytest-qt waits. One loop per
+    session (a second qasync loop on the same QApplication never runs its tasks); modules that
+    import this fixture share it."""
+    if _LOOPS:
+        yield _LOOPS[0]
+        return
     loop = qasync.QEventLoop(qapp, already_running=True)
+    _LOOPS.append(loop)
     asyncio.set_event_loop(loop)
     hooks = sys.get_asyncgen_hooks()
     install_asyncgen_finalizer(loop)
     yield loop
+    _LOOPS.clear()
     sys.set_asyncgen_hooks(*hooks)
     loop.stop()
     asyncio.events._set_running_loop(None)

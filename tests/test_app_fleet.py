@@ -39,6 +39,8 @@ from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, 
 from fleetgui.app.mode import Mode
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.coordinator import CoordinatorConfig
+from fleetgui.fleet.discovery import parse_address
+from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.worker_service import free_port_pair
@@ -153,8 +155,8 @@ def app(
     core, controller = build_fleet_core(
         identity,
         controller_config=FleetControllerConfig(
-            probe_interval_s=0.5,
-            probe_timeout_s=2.0,
+            probe_interval_s=1.0,
+            probe_timeout_s=3.0,
             zeroconf=False,
             workers_file=home / "workers.json",
             known_workers_file=home / "known_workers.json",
@@ -268,9 +270,41 @@ def test_pair_a_worker_with_the_code_it_shows(
     )
 
 
+def test_cancel_during_deploy_leaves_nothing_loaded(
+    qtbot: QtBot, app: App, exports: dict[str, Path], workers: dict[str, WorkerProcess]
+) -> None:
+    deployment, view = app.core.deployment, app.window.deploy_view
+    qtbot.waitUntil(lambda: len(app.controller.usable_endpoints()) == len(workers))
+    cancelled_at: list[Any] = []
+
+    def cancel_at_first_worker_step(step: Any) -> None:
+        if step.worker in workers and not cancelled_at:
+            cancelled_at.append(step)
+            view.cancel_button.click()
+
+    view.choose_requested.emit(str(exports["3s"]))
+    deployment.deploy_progress.connect(cancel_at_first_worker_step)
+    try:
+        with qtbot.waitSignal(deployment.cancelled, timeout=TIMEOUT_MS):
+            view.deploy_button.click()
+    finally:
+        deployment.deploy_progress.disconnect(cancel_at_first_worker_step)
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    assert cancelled_at and app.deployer.session is None and app.controller.session is None
+    assert app.core.inference.pipeline is None
+
+    async def probe_all() -> list[Any]:
+        return await asyncio.gather(*(probe(*parse_address(w.address)) for w in workers.values()))
+
+    assert not any(info.busy for info in drive(probe_all()))  # every worker unloaded
+    for name in workers:
+        qtbot.waitUntil(lambda n=name: status_of(app.window, n) == "online")  # type: ignore[misc]
+
+
 def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     qtbot: QtBot, app: App, exports: dict[str, Path]
 ) -> None:
+    qtbot.waitUntil(lambda: len(app.controller.usable_endpoints()) == 4)
     steps = deploy(qtbot, app, exports["3s"])
     session = app.deployer.session
     assert session is not None and session.assignment is not None
@@ -347,3 +381,25 @@ def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
     assert f"worker {victim} lost" in app.window.messages.label.text().lower()
     qtbot.wait(1500)  # later probes (port closed now) keep it lost
     assert status_of(app.window, victim).startswith("lost")
+
+
+def test_screenshot_command_renders_the_fleet_with_real_workers(
+    workers: dict[str, WorkerProcess], exports: dict[str, Path], root: Path, tmp_path: Path
+) -> None:
+    alive = [w.address for w in workers.values() if w.process and w.process.poll() is None]
+    out = tmp_path / "shots"
+    env = {**os.environ, "FLEETGUI_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
+    command = [
+        sys.executable, "-m", "fleetgui", "--log-level", "info", "gui", str(exports["3s"]),
+        "--workers", ",".join(alive[:2]), "--identity", str(root / "coordinator"),
+        "--screenshot", str(out), "--prompt", "Hello",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "deployed exp-3s: this PC [0]" in result.stderr, result.stderr[-2000:]
+    for name in ("fleet", "deployment", "dashboard", "chat"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert not (tmp_path / "home" / "config" / "workers.json").exists()  # a scratch list

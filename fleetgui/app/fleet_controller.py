@@ -46,6 +46,8 @@ from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)
 
+MISSES_BEFORE_LOST = 2  # a usable worker is shown lost after this many unanswered probes in a row
+
 
 @dataclass(frozen=True)
 class FleetControllerConfig:
@@ -71,6 +73,7 @@ class KnownWorker:
     hello: dict[str, Any] = field(default_factory=dict)  # its HELLO reply
     rtt_ms: float = 0.0  # how long its last probe took
     was_usable: bool = False  # was online at some point: failing now means lost
+    misses: int = 0  # probes in a row it did not answer
     row: str | None = None  # the name of its row in the fleet model
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -196,6 +199,7 @@ class FleetController(QObject):
                 self._show_unseen(worker, status.reason, status.detail)
                 return
             worker.rtt_ms = (time.monotonic() - started) * 1000
+            worker.misses = 0
             info = status.info
             try:
                 self.known.check(info.address, info.name, info.public_key)
@@ -221,8 +225,16 @@ class FleetController(QObject):
         self, worker: KnownWorker, reason: WorkerStatusReason | None, detail: str
     ) -> None:
         reason = reason or WorkerStatusReason.NOT_ANSWERING
-        status, text = fleet_status.unseen(reason, detail, was_usable=worker.was_usable)
         info = worker.info or worker.placeholder()
+        worker.misses += 1
+        if self._linked(info.name):
+            # its deployment link still gets heartbeats: a slow probe is not a lost worker
+            log.info("worker %s missed a probe (%s) but answers its heartbeats", info.name, detail)
+            return
+        if worker.was_usable and worker.misses < MISSES_BEFORE_LOST:
+            log.info("worker %s missed a probe (%s); lost if it misses the next", info.name, detail)
+            return
+        status, text = fleet_status.unseen(reason, detail, was_usable=worker.was_usable)
         state = self._session_states.get(info.name)
         if state is not None and state.status == "lost" and state.reason:
             text = f"{state.reason}; {text}"
@@ -250,6 +262,12 @@ class FleetController(QObject):
             worker.was_usable = True
         if self._usable(worker) != was_usable:
             self.usable_changed.emit()
+
+    def _linked(self, name: str) -> bool:
+        """Whether the deployment has a live link to worker ``name``."""
+        links = getattr(self.session, "links", {}) if self.session is not None else {}
+        link = links.get(name)
+        return link is not None and not link.lost
 
     def _usable(self, worker: KnownWorker) -> bool:
         row = self.fleet.get(worker.row) if worker.row else None

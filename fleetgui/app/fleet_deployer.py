@@ -84,13 +84,13 @@ class FleetDeployer(Deployer):
             metrics=MetricsBus(),
             on_event=self.controller.on_session_event,
         )
+        self.controller.session = session  # its heartbeats now speak for its workers
         try:
             pipeline = await self._deploy(session, endpoints, request, progress)
         except BaseException:
             await asyncio.shield(self._discard(session))
             raise
         self.session = session
-        self.controller.session = session
         return pipeline
 
     async def _deploy(

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication
 from PySide6.QtWidgets import QWidget
 
 from fleetgui.app.core import AppCore
@@ -82,10 +81,12 @@ async def _chat(core: AppCore, window: MainWindow, request: ScreenshotRequest) -
     window._refresh_conversations()
 
 
-def _render(window: MainWindow, tab: QWidget, path: Path) -> None:
+async def _render(window: MainWindow, tab: QWidget, path: Path) -> None:
     window.tabs.setCurrentWidget(tab)
+    # let Qt lay out and paint through the loop: processEvents() here, inside a task, would run
+    # other tasks' wake-ups re-entrantly, which asyncio refuses (and those tasks never resume)
     for _ in range(3):
-        QCoreApplication.processEvents()
+        await asyncio.sleep(0.02)
     if not window.grab().save(str(path), "PNG"):
         raise ScreenshotError(f"could not write {path}: check that the folder is writable")
     log.info("wrote %s", path)
@@ -107,6 +108,6 @@ async def take_screenshots(
     paths = []
     for name, tab in zip(VIEWS, tabs, strict=True):
         path = request.out_dir / f"{name}.png"
-        _render(window, tab, path)
+        await _render(window, tab, path)
         paths.append(path)
     return paths
