@@ -97,3 +97,24 @@ def test_pipeline_stops_at_a_stop_string(exported: Path) -> None:
             await pipe.close()
 
     asyncio.run(main())
+
+
+def test_fast_decoder_is_used_and_matches_the_openvino_detokenizer(tokenizer: Tokenizer) -> None:
+    """Wherever the bytes are valid UTF-8 the two decoders agree (on invalid bytes both show
+    U+FFFD, not always the same number of them)."""
+    import numpy as np
+
+    assert tokenizer._fast is not None  # tokenizers is installed and agreed on the check sample
+    rng = np.random.default_rng(0)
+    checked = 0
+    for text in TEXTS:
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode(ids) == tokenizer._ov_decode(ids) == text
+        for _ in range(30):
+            start = int(rng.integers(0, len(ids) - 1))
+            piece = ids[start : start + int(rng.integers(1, 12))]
+            reference = tokenizer._ov_decode(piece)
+            if "\ufffd" not in reference:
+                assert tokenizer.decode(piece) == reference
+                checked += 1
+    assert checked > 40

@@ -1,15 +1,20 @@
 """Tokenization on the coordinator with the export's OpenVINO tokenizer and detokenizer.
 
 No transformers on the serving path: the export ships ``openvino_tokenizer.xml`` and
-``openvino_detokenizer.xml`` (converted from the HF tokenizer by openvino-tokenizers).
+``openvino_detokenizer.xml`` (converted from the HF tokenizer by openvino-tokenizers). Decoding,
+which runs every step, uses the HF ``tokenizers`` library instead when it is installed and
+decodes a check sample exactly as the OpenVINO detokenizer does: a few microseconds a call
+instead of a few hundred.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -42,6 +47,7 @@ class Tokenizer:
         self._decoder = core.compile_model(str(folder / "openvino_detokenizer.xml"), "CPU")
         self._decode_request = self._decoder.create_infer_request()
         self.eos_token_ids = _eos_ids(folder)
+        self._fast = _fast_decoder(folder, self._ov_decode)
 
     def encode(self, text: str) -> list[int]:
         result = self._encoder([text])
@@ -50,6 +56,11 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         if not ids:
             return ""
+        if self._fast is not None:
+            return str(self._fast.decode(ids))
+        return self._ov_decode(ids)
+
+    def _ov_decode(self, ids: list[int]) -> str:
         self._decode_request.infer({0: np.array([ids], dtype=np.int64)})
         return str(self._decode_request.get_output_tensor(0).str_data[0])
 
@@ -61,6 +72,40 @@ class Tokenizer:
             vocab = data.get("model", {}).get("vocab", {})
             return json.dumps([sorted(vocab.items()) if isinstance(vocab, dict) else vocab])
         return str(self.encode("The quick brown fox, 12345 def f(): return {}"))
+
+
+FAST_CHECK_TEXT = (
+    "def f(x):\n    return {'a': [1, 2.5e-3]}  # naïve café, Grüße, 東京, emoji 🎉\n\n"
+    "The  quick brown fox\tjumps.  <s></s> [INST] ÀÉÎÕÜ ß ø 123456789"
+)
+
+
+def _fast_decoder(folder: Path, reference: Callable[[list[int]], str]) -> Any:
+    """The HF ``tokenizers`` decoder (microseconds a call, where the OpenVINO detokenizer takes
+    a few hundred) when it is installed and decodes exactly like the export's detokenizer on a
+    sample of text and of single tokens; else None (the OpenVINO detokenizer is used)."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:
+        return None
+    try:
+        fast = HFTokenizer.from_file(str(path))
+        ids = fast.encode(FAST_CHECK_TEXT).ids
+        vocab = fast.get_vocab_size()
+        samples = [ids, ids[:7], ids[3:9], *([i] for i in range(min(vocab, 300)))]
+        samples += [[i] for i in range(max(0, vocab - 50), vocab)]
+        for sample in samples:
+            # The OpenVINO string tensor drops NUL bytes; HF keeps them (both are fine).
+            if fast.decode(sample).replace("\x00", "") != reference(sample):
+                log.info("HF tokenizers decodes %s differently; using the OpenVINO one", sample)
+                return None
+    except Exception as exc:  # a tokenizer.json this tokenizers version cannot read
+        log.info("HF tokenizers cannot load %s (%s); using the OpenVINO detokenizer", path, exc)
+        return None
+    return fast
 
 
 def _eos_ids(folder: Path) -> frozenset[int]:
