@@ -270,3 +270,14 @@ def test_heuristic_beyond_the_exact_limit(objective: str, streams: int) -> None:
     problem = build_problem(devices, model, config)
     forced = solve_heuristic(problem, force=len(devices) - 1)
     assert forced is not None and forced.counts[-1] >= 1
+
+
+def test_layers_arg_exports_one_stage_per_device_in_ring_order() -> None:
+    from fleetgui.shard import parse_layer_ranges
+
+    model, devices = BRUTE_ROWS["tight memory, 3 devices"]
+    plan = solve(devices, model, PlanConfig())
+    shards = parse_layer_ranges(model.model_id, model.n_layers, plan.layers_arg)
+    assert shards == [s.shard for s in plan.stages]
+    single = solve([device("desk", 64, 1.0)], model, PlanConfig())
+    assert single.layers_arg == f"0:{model.n_layers}"

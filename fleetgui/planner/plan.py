@@ -102,6 +102,12 @@ class Plan:
     def layer_counts(self) -> tuple[int, ...]:
         return tuple(stage.shard.n_stage_layers for stage in self.stages)
 
+    @property
+    def layers_arg(self) -> str:
+        """The plan's layer ranges as ``fleetgui export --layers`` takes them, e.g.
+        ``"0:9,9:16"``: exporting with it gives one stage per device, in ring order."""
+        return ",".join(f"{s.shard.start_layer}:{s.shard.end_layer}" for s in self.stages)
+
     def shard_of(self, device: str) -> Shard | None:
         return next((s.shard for s in self.stages if s.device == device), None)
 
