@@ -265,9 +265,12 @@ class FleetController(QObject):
 
     def _linked(self, name: str) -> bool:
         """Whether the deployment has a live link to worker ``name``."""
-        links = getattr(self.session, "links", {}) if self.session is not None else {}
-        link = links.get(name)
-        return link is not None and not link.lost
+        session = self.session
+        return (
+            session is not None
+            and name in session.links
+            and session.worker_status(name).lost is None
+        )
 
     def _usable(self, worker: KnownWorker) -> bool:
         row = self.fleet.get(worker.row) if worker.row else None
@@ -330,19 +333,24 @@ class FleetController(QObject):
         """This PC, then every usable worker with its free memory (from its heartbeats while
         deployed, else its last probe)."""
         profiles = [coordinator_profile()]
-        links = getattr(self.session, "links", {}) if self.session is not None else {}
+        session = self.session
         for worker in self._workers.values():
             info = worker.info
             if info is None or not self._usable(worker):
                 continue
-            link = links.get(info.name)
-            status = link.last_status if link is not None else {}
-            free = int(status.get("free_ram_bytes") or worker.hello.get("free_ram_bytes") or 0)
+            live = (
+                session.worker_status(info.name)
+                if session is not None and info.name in session.links
+                else None
+            )
+            free = (live.free_ram_bytes if live else None) or int(
+                worker.hello.get("free_ram_bytes") or 0
+            )
             memory = free or info.free_ram_bytes or info.ram_bytes
             if memory <= 0:
                 log.info("worker %s did not say how much memory it has; left out", info.name)
                 continue
-            rtt = link.rtt_ms if link is not None and link.rtt_ms is not None else worker.rtt_ms
+            rtt = live.rtt_ms if live is not None and live.rtt_ms is not None else worker.rtt_ms
             profiles.append(
                 DeviceProfile(
                     name=info.name,

@@ -13,7 +13,6 @@ one deployment at a time).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,14 +22,10 @@ from fleetgui.app.deployer import Deployer, DeployProgress, DeployRequest, Progr
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
-from fleetgui.export.manifest import read_manifest
 from fleetgui.fleet import deploy as fleet_deploy
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
-from fleetgui.fleet.protocol import Message, Op
 from fleetgui.planner import Plan
-from fleetgui.runtime.loader import safe_stage_config
 from fleetgui.runtime.metrics import MetricsBus
-from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -103,15 +98,11 @@ class FleetDeployer(Deployer):
         here = coordinator_name()
         await session.connect(endpoints)
         progress(DeployProgress(here, "compiling stage 0", 0, 1))
-        await self._compile_local(session, request.export_dir)
         order = ring_order(endpoints, request.plan)
         await session.deploy(
             request.export_dir, order=order, progress=lambda step: progress(app_progress(step))
         )
-        loop = asyncio.get_running_loop()
-        pipeline = await loop.run_in_executor(
-            None, lambda: session.pipeline(draft_dir=request.draft_dir)
-        )
+        pipeline = await session.open_pipeline(draft_dir=request.draft_dir)
         progress(DeployProgress(here, "ready", 1, 1))
         assignment = session.assignment
         if assignment is not None:
@@ -124,43 +115,12 @@ class FleetDeployer(Deployer):
             )
         return pipeline
 
-    async def _compile_local(self, session: FleetSession, export_dir: Path) -> None:
-        """Compile the coordinator's stages in an executor before ``session.deploy`` needs
-        them (it would compile them in the event loop: the GUI would freeze meanwhile)."""
-        local_stages = self.config.local_stages
-        stage_config = self.config.local.stage
-
-        def compile_all() -> dict[int, LocalStage]:
-            manifest = read_manifest(export_dir)
-            if manifest.layout != "stages":
-                return {}  # session.deploy refuses it with the fix
-            config = safe_stage_config(stage_config, manifest.weight_format)
-            compiled = {}
-            for index in range(min(local_stages, len(manifest.stages))):
-                entry = manifest.stages[index]
-                compiled[index] = LocalStage(
-                    index,
-                    manifest.shard(index),
-                    [export_dir / part for part in entry.model_files],
-                    config,
-                    core=session._core,
-                )
-            return compiled
-
-        compiled = await asyncio.get_running_loop().run_in_executor(None, compile_all)
-        session._local.update(compiled)  # FleetSession._load_local keeps what is there
-
     async def _discard(self, session: FleetSession) -> None:
         """Unload what the session loaded on its workers and close it."""
-        for name, link in list(session.links.items()):
-            if link.lost:
-                continue
-            try:
-                await link.call(Message(Op.UNLOAD), timeout_s=UNLOAD_TIMEOUT_S)
-            except Exception as exc:
-                log.warning("worker %s did not unload: %s", name, exc)
-        with contextlib.suppress(Exception):
-            await session.close()
+        try:
+            await session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("closing the fleet session failed: %s", exc)
         self.controller.session_closed()
         log.info("deployment discarded; the workers unloaded their stages")
 

@@ -71,6 +71,18 @@ class CoordinatorConfig:
     rejoin_interval_s: float = 2.0  # how often a lost worker is tried again
 
 
+@dataclass(frozen=True)
+class WorkerLinkStatus:
+    """A connected worker as the coordinator sees it."""
+
+    name: str
+    lost: str | None  # why it was lost, or None
+    rtt_ms: float | None  # last heartbeat round trip
+    free_ram_bytes: int | None  # from its last heartbeat
+    stages: tuple[int, ...]  # the export stages it runs
+    last_seen: float  # time.monotonic() of its last message
+
+
 FleetEvent = Callable[[str, str, str], None]  # (worker name, status, reason)
 
 
@@ -227,7 +239,7 @@ class FleetSession:
         await asyncio.gather(
             *(self._load_member(member, previous, progress) for member in assignment.members)
         )
-        self._load_local(assignment.local)
+        await self._load_local(assignment.local)
         self.assignment = assignment
         self.ring = await self._setup_ring(assignment)
         if self.route is not None:
@@ -251,22 +263,29 @@ class FleetSession:
         )
         self._event(member.name, "busy", f"stages {list(member.indices)}")
 
-    def _load_local(self, indices: Sequence[int]) -> None:
+    async def _load_local(self, indices: Sequence[int]) -> None:
+        """Compile the coordinator's stages that are not compiled yet, in a thread (the event
+        loop may be the GUI's)."""
         assert self.export_dir is not None and self.manifest is not None
-        config = safe_stage_config(self.config.local.stage, self.manifest.weight_format)
+        export_dir, manifest = self.export_dir, self.manifest
+        config = safe_stage_config(self.config.local.stage, manifest.weight_format)
         for index in list(self._local):
             if index not in indices:
                 del self._local[index]
+
+        def compile_stage(index: int) -> LocalStage:
+            entry = manifest.stages[index]
+            return LocalStage(
+                index,
+                manifest.shard(index),
+                [export_dir / part for part in entry.model_files],
+                config,
+                core=self._core,
+            )
+
         for index in indices:
             if index not in self._local:
-                entry = self.manifest.stages[index]
-                self._local[index] = LocalStage(
-                    index,
-                    self.manifest.shard(index),
-                    [self.export_dir / part for part in entry.model_files],
-                    config,
-                    core=self._core,
-                )
+                self._local[index] = await asyncio.to_thread(compile_stage, index)
 
     async def _setup_ring(self, assignment: Assignment) -> Ring:
         self._epoch += 1
@@ -362,10 +381,35 @@ class FleetSession:
             metrics=self.metrics,
         )
 
-    async def close(self) -> None:
-        """Close every link (workers keep running and keep their loaded stages)."""
+    async def open_pipeline(self, *, draft_dir: Path | None = None) -> Pipeline:
+        """:meth:`pipeline`, with the tokenizer and draft loaded in a thread."""
+        return await asyncio.to_thread(self.pipeline, draft_dir=draft_dir)
+
+    def worker_status(self, name: str) -> WorkerLinkStatus:
+        """What the coordinator knows of a connected worker right now."""
+        link = self.links[name]
+        return WorkerLinkStatus(
+            name,
+            lost=link.lost,
+            rtt_ms=link.rtt_ms,
+            free_ram_bytes=int(link.last_status.get("free_ram_bytes", 0)) or None,
+            stages=tuple(self.assignment.indices_of(name)) if self.assignment else (),
+            last_seen=link.last_seen,
+        )
+
+    async def close(self, *, unload: bool = False, timeout_s: float = 5.0) -> None:
+        """Close every link. Workers keep running; with ``unload`` they first drop the stages
+        this session loaded (else they keep them, and a later deployment reuses them)."""
         for task in list(self._rejoin.values()):
             task.cancel()
+        if unload:
+            for link in self.links.values():
+                if link.lost:
+                    continue
+                try:
+                    await link.call(Message(Op.UNLOAD), timeout_s=timeout_s)
+                except FleetguiError as exc:
+                    log.warning("worker %s did not unload: %s", link.name, exc)
         for link in list(self.links.values()):
             await link.close()
         self.links.clear()
