@@ -22,11 +22,10 @@ import zmq.asyncio
 from fleetgui.fleet.forward_codec import (
     encode_forward,
 )
-from fleetgui.fleet.keys import Authorizer, KeyPair
-from fleetgui.fleet.protocol import (
-    encode,
-)
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.protocol import encode
 from fleetgui.fleet.secure_socket import SecureClient, SecureServer
+from fleetgui.fleet.trust import Authorizer
 from fleetgui.runtime.stage import ForwardRequest
 
 N, WARMUP = 3000, 300

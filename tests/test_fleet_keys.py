@@ -18,39 +18,33 @@ import numpy as np
 import pytest
 
 from fleetgui.cli import main
+from fleetgui.fleet.forward_codec import encode_forward, request_from_message
 from fleetgui.fleet.keys import (
     KEYRING_SERVICE,
     KEYRING_USER,
-    Authorizer,
     KeyFileError,
     KeyPair,
-    KnownWorkers,
-    PairingCode,
-    PairingError,
-    WorkerKeyChangedError,
-    add_authorized_key,
     coordinator_identity,
     is_key,
     load_identity,
-    parse_authorized_keys,
-    read_authorized_keys,
     worker_identity,
     write_identity,
 )
-from fleetgui.fleet.protocol import (
-    PROTOCOL_VERSION,
-    Message,
-    Op,
-    RemoteError,
-    encode,
-    encode_forward,
-    request_from_message,
-)
+from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.protocol import PROTOCOL_VERSION, Message, Op, RemoteError, encode
 from fleetgui.fleet.secure_socket import (
     ConnectError,
     SecureClient,
     SecureServer,
     WorkerRefusedKeyError,
+)
+from fleetgui.fleet.trust import (
+    Authorizer,
+    PairingCode,
+    PairingError,
+    add_authorized_key,
+    parse_authorized_keys,
+    read_authorized_keys,
 )
 from fleetgui.runtime.stage import ForwardRequest
 

@@ -40,7 +40,8 @@ from fleetgui.fleet.info_probe import (
     probe_status,
     zmq_endpoint,
 )
-from fleetgui.fleet.keys import KeyPair, KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.fleet.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 

@@ -36,7 +36,7 @@ from fleetgui.fleet.forward_codec import (
     request_from_message,
 )
 from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
-from fleetgui.fleet.keys import Authorizer, KeyPair
+from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.protocol import (
     ErrorCode,
     Flags,
@@ -47,6 +47,7 @@ from fleetgui.fleet.protocol import (
     error_message,
 )
 from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, SecureServer
+from fleetgui.fleet.trust import Authorizer
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.stage import StageError
 

@@ -7,30 +7,21 @@
   :func:`load_identity`).
 * Worker identity: ``worker.key``, readable only by its owner; a key file that group or others
   can read is refused, as ssh does.
-* A worker trusts the coordinators listed in its ``authorized_keys`` (``<key> <comment>`` lines),
-  or one that presents the worker's one-time pairing code (:class:`PairingCode`). The
-  :class:`Authorizer` is the policy the ZAP handler and the message gate consult.
-* A coordinator pins each worker's key on first use (``known_workers.json``); a changed key
-  raises :class:`WorkerKeyChangedError`.
+* Which coordinators a worker trusts (``authorized_keys``, pairing codes): :mod:`trust`.
+* The worker keys a coordinator pinned on first use (``known_workers.json``):
+  :mod:`known_workers`.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
-import json
 import logging
 import os
-import secrets
 import socket
 import struct
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +46,6 @@ _SECRET_HEADER = "# fleetgui CURVE secret key: keep this file private (chmod 600
 
 class KeyFileError(FleetguiError):
     """A key file is missing, malformed or unsafe; the message names the file and the fix."""
-
-
-class PairingError(FleetguiError):
-    """A pairing attempt was refused (wrong, expired, used-up or no code)."""
-
-
-class WorkerKeyChangedError(FleetguiError):
-    """A worker presented a key other than the one pinned for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,270 +238,3 @@ def coordinator_identity() -> KeyPair:
     if not public_file.exists() or not public_file.read_text().startswith(pair.public):
         atomic_write_text(public_file, f"{pair.public} coordinator@{socket.gethostname()}\n")
     return pair
-
-
-# --------------------------------------------------------------------------------------------
-# authorized_keys (worker side)
-
-
-@dataclass(frozen=True, slots=True)
-class AuthorizedKey:
-    """One trusted coordinator."""
-
-    public_key: str
-    comment: str = ""
-
-
-def parse_authorized_keys(text: str, source: str = AUTHORIZED_KEYS) -> list[AuthorizedKey]:
-    """Parse ``<key> [comment]`` lines; blank lines and ``#`` comments are skipped.
-
-    ``#`` is a Z85 character, but never the first one of a key (a 5-character group's first
-    character encodes at most ``(2**32 - 1) // 85**4 = 82``, and ``#`` is 84).
-    """
-    entries: list[AuthorizedKey] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        words = line.strip().split(maxsplit=1)
-        if not words or words[0].startswith("#"):
-            continue
-        if not is_key(words[0]):
-            raise KeyFileError(
-                f"{source} line {number}: {words[0][:50]!r} is not a CURVE public key (40 Z85 "
-                f"characters, as in coordinator.pub); fix or delete the line"
-            )
-        entries.append(AuthorizedKey(words[0], words[1] if len(words) > 1 else ""))
-    return entries
-
-
-def read_authorized_keys(path: Path) -> list[AuthorizedKey]:
-    """The keys in ``path`` (none if the file does not exist)."""
-    try:
-        with path.open("rb") as handle:
-            writable_by_others = os.name == "posix" and os.fstat(handle.fileno()).st_mode & 0o022
-            text = handle.read().decode("utf-8")
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read {path}: {exc}") from exc
-    if writable_by_others:  # anyone who can write it can let themselves in, as sshd knows
-        raise KeyFileError(f"{path} can be changed by other users: run `chmod 644 {path}`")
-    return parse_authorized_keys(text, str(path))
-
-
-def add_authorized_key(path: Path, public_key: str, comment: str = "") -> bool:
-    """Append ``public_key`` to ``path``; False if it was already there."""
-    if not is_key(public_key):
-        raise KeyFileError(f"not a CURVE public key: {public_key[:50]!r}")
-    if any(entry.public_key == public_key for entry in read_authorized_keys(path)):
-        return False
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if text and not text.endswith("\n"):
-        text += "\n"
-    comment = " ".join(comment.split())[:200]  # one line, whatever the peer sent
-    atomic_write_text(path, f"{text}{public_key} {comment}".rstrip() + "\n")
-    return True
-
-
-# --------------------------------------------------------------------------------------------
-# Pairing
-
-
-class PairingCode:
-    """A one-time numeric code: valid for ``ttl_s`` seconds, single use, at most
-    ``max_attempts`` tries in all, and at least ``min_interval_s`` between tries."""
-
-    def __init__(
-        self,
-        *,
-        ttl_s: float = 300.0,
-        max_attempts: int = 5,
-        digits: int = 6,
-        min_interval_s: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.code = f"{secrets.randbelow(10**digits):0{digits}d}"
-        self._clock = clock
-        self.expires_at = clock() + ttl_s
-        self._attempts_left = max_attempts
-        self._min_interval_s = min_interval_s
-        self._last_attempt = -float("inf")
-        self._used = False
-
-    @property
-    def active(self) -> bool:
-        """Whether the code can still be used."""
-        return not self._used and self._attempts_left > 0 and self._clock() < self.expires_at
-
-    def check(self, candidate: str) -> None:
-        """Consume the code if ``candidate`` matches it; else raise :class:`PairingError`."""
-        now = self._clock()
-        if self._used:
-            raise PairingError(
-                "this pairing code was already used; start the worker with "
-                "--pair again for a new one"
-            )
-        if now >= self.expires_at:
-            raise PairingError("the pairing code expired; start the worker with --pair again")
-        if self._attempts_left <= 0:
-            raise PairingError("too many wrong pairing codes; start the worker with --pair again")
-        if now - self._last_attempt < self._min_interval_s:
-            raise PairingError("pairing attempts too fast; wait a second and try again")
-        self._last_attempt = now
-        self._attempts_left -= 1
-        given = "".join(str(candidate).split()).replace("-", "").encode("utf-8")[:64]
-        if not hmac.compare_digest(given, self.code.encode("ascii")):
-            raise PairingError(f"wrong pairing code ({self._attempts_left} attempts left)")
-        self._used = True
-
-
-class Authorizer:
-    """Who may talk to a worker: the ZAP policy and the per-message gate.
-
-    ``is_allowed`` (ZAP, per connection) accepts authorized keys, and any key while a pairing
-    code is active; ``is_authorized`` (per message) accepts only authorized keys, so an
-    unpaired connection can do nothing but :meth:`pair`. Thread-safe. ``authorized_keys`` is
-    re-read when the file changes.
-    """
-
-    def __init__(self, authorized_keys: Path | None = None, keys: Iterable[str] = ()) -> None:
-        self.path = authorized_keys
-        self._extra = set(keys)
-        self._file_keys: frozenset[str] = frozenset()
-        self._stamp: tuple[int, int] | None = None
-        self._pairing: PairingCode | None = None
-        self._ring_peers: frozenset[str] = frozenset()
-        self._lock = threading.Lock()
-        self._reload()
-
-    def _reload(self) -> None:
-        if self.path is None:
-            return
-        try:
-            info = self.path.stat()
-            stamp = (info.st_mtime_ns, info.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp != self._stamp or stamp is None:
-            entries = read_authorized_keys(self.path) if stamp else []
-            self._file_keys, self._stamp = frozenset(e.public_key for e in entries), stamp
-
-    @property
-    def pairing_open(self) -> bool:
-        """Whether a pairing code is active (unknown keys may connect, to pair only)."""
-        return self._pairing is not None and self._pairing.active
-
-    def open_pairing(self, **options: Any) -> PairingCode:
-        """Start pairing with a new code (``PairingCode`` options); show ``.code`` to the user."""
-        with self._lock:
-            self._pairing = PairingCode(**options)
-            return self._pairing
-
-    def close_pairing(self) -> None:
-        with self._lock:
-            self._pairing = None
-
-    def is_authorized(self, public_key: str) -> bool:
-        """Whether ``public_key`` is a trusted coordinator (authorized_keys or paired)."""
-        with self._lock:
-            return public_key in self._extra or public_key in self._file_keys
-
-    def set_ring_peers(self, public_keys: Iterable[str]) -> None:
-        """The workers a trusted coordinator put before this one in its ring: they may connect
-        and pass activations on (FORWARD only), for as long as that ring stands."""
-        with self._lock:
-            self._ring_peers = frozenset(public_keys)
-
-    def is_ring_peer(self, public_key: str) -> bool:
-        with self._lock:
-            return public_key in self._ring_peers
-
-    def is_allowed(self, public_key: str) -> bool:
-        """The ZAP decision for a new connection from ``public_key``."""
-        with self._lock:
-            try:
-                self._reload()
-            except KeyFileError as exc:
-                logger.error("%s; keeping the keys read before", exc)
-            known = public_key in self._extra or public_key in self._file_keys
-            known = known or public_key in self._ring_peers
-        return known or self.pairing_open
-
-    def pair(self, public_key: str, code: str, comment: str = "") -> None:
-        """Trust ``public_key`` if ``code`` is the active pairing code; else raise."""
-        with self._lock:
-            if self._pairing is None:
-                raise PairingError("this worker is not pairing; start it with --pair")
-            self._pairing.check(code)
-            self._pairing = None
-            self._extra.add(public_key)
-        if self.path is not None:
-            try:
-                add_authorized_key(self.path, public_key, comment or "paired")
-            except (KeyFileError, OSError) as exc:
-                logger.error("paired for this run only, could not save the key: %s", exc)
-        logger.warning("paired coordinator %s (%s)", fingerprint(public_key), comment)
-
-
-# --------------------------------------------------------------------------------------------
-# Known workers (coordinator side): trust on first use
-
-
-class KnownWorkers:
-    """Worker keys pinned by ``name@address`` in a JSON file."""
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or paths.config_dir() / KNOWN_WORKERS
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise KeyFileError(
-                f"cannot read {self.path} ({exc}): fix it or delete it (worker "
-                "keys are then pinned again on next contact)"
-            ) from exc
-        workers = data.get("workers") if isinstance(data, dict) else None
-        if not isinstance(workers, dict):
-            raise KeyFileError(f"{self.path} is not a known-workers file: delete it")
-        return workers
-
-    def pinned(self, address: str, name: str) -> str | None:
-        """The key pinned for the worker, if any."""
-        entry = self._load().get(f"{name}@{address}")
-        return entry.get("public_key") if isinstance(entry, dict) else None
-
-    def check(self, address: str, name: str, public_key: str) -> bool:
-        """Pin ``public_key`` on first contact (True), accept it if it is the pinned key
-        (False), else raise :class:`WorkerKeyChangedError`."""
-        workers = self._load()
-        entry_id = f"{name}@{address}"
-        entry = workers.get(entry_id)
-        pinned = entry.get("public_key") if isinstance(entry, dict) else None
-        if pinned == public_key:
-            return False
-        if pinned is not None:
-            raise WorkerKeyChangedError(
-                f"the key of worker {name!r} at {address} has CHANGED: pinned "
-                f"{fingerprint(pinned)}, offered {fingerprint(public_key)}. Someone may be "
-                f"impersonating the worker, or it was reinstalled. If the change is expected, "
-                f"remove the entry {entry_id!r} from {self.path} and connect again."
-            )
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        workers[entry_id] = {
-            "public_key": public_key,
-            "name": name,
-            "address": address,
-            "pinned_at": now,
-        }
-        atomic_write_text(self.path, json.dumps({"version": 1, "workers": workers}, indent=2))
-        logger.info("pinned the key of worker %s: %s", entry_id, fingerprint(public_key))
-        return True
-
-    def forget(self, address: str, name: str) -> bool:
-        """Remove the worker's pinned key; False if none was pinned."""
-        workers = self._load()
-        if workers.pop(f"{name}@{address}", None) is None:
-            return False
-        atomic_write_text(self.path, json.dumps({"version": 1, "workers": workers}, indent=2))
-        return True

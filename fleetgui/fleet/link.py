@@ -20,14 +20,7 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import (
-    FrameLike,
-    Message,
-    Op,
-    ProtocolError,
-    encode,
-    raise_if_error,
-)
+from fleetgui.fleet.protocol import FrameLike, Message, Op, ProtocolError, encode, raise_if_error
 from fleetgui.fleet.secure_socket import RequestTimeoutError, SecureClient
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEn
 from fleetgui.fleet.deploy import ProgressCallback
 from fleetgui.fleet.discovery import parse_address
 from fleetgui.fleet.info_probe import probe, zmq_endpoint
-from fleetgui.fleet.keys import KeyPair, KnownWorkers
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.secure_socket import SecureClient
 from fleetgui.fleet.worker_info import WorkerInfo
 

@@ -26,11 +26,7 @@ from fleetgui.fleet.forward_codec import (
     result_from_message,
 )
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import (
-    Message,
-    Op,
-    raise_if_error,
-)
+from fleetgui.fleet.protocol import Message, Op, raise_if_error
 from fleetgui.fleet.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, Stage

@@ -1,5 +1,5 @@
 """CURVE-encrypted fleet sockets: a ROUTER server (the worker) and a DEALER client (the
-coordinator), with ZAP authorization by an :class:`~fleetgui.fleet.keys.Authorizer`.
+coordinator), with ZAP authorization by an :class:`~fleetgui.fleet.trust.Authorizer`.
 
 How a connection is admitted:
 
@@ -39,7 +39,7 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import Authorizer, KeyPair, PairingError, fingerprint
+from fleetgui.fleet.keys import KeyPair, fingerprint
 from fleetgui.fleet.protocol import (
     DEFAULT_LIMITS,
     ErrorCode,
@@ -53,6 +53,7 @@ from fleetgui.fleet.protocol import (
     error_message,
     raise_if_error,
 )
+from fleetgui.fleet.trust import Authorizer, PairingError
 
 logger = logging.getLogger(__name__)
 

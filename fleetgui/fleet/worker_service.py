@@ -24,8 +24,9 @@ from fleetgui.errors import FleetguiError
 from fleetgui.fleet.agent import WorkerAgent, WorkerConfig
 from fleetgui.fleet.discovery import ZeroconfAdvertiser
 from fleetgui.fleet.info_probe import InfoProbeServer, zmq_endpoint
-from fleetgui.fleet.keys import AUTHORIZED_KEYS, Authorizer, KeyPair, fingerprint
+from fleetgui.fleet.keys import AUTHORIZED_KEYS, KeyPair, fingerprint
 from fleetgui.fleet.sysinfo import collect_worker_info
+from fleetgui.fleet.trust import Authorizer
 from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo
 
 log = logging.getLogger(__name__)

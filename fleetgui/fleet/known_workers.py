@@ -1,0 +1,87 @@
+"""The coordinator's pinned worker keys: trust on first use, as ssh's known_hosts.
+
+A coordinator pins each worker's key by ``name@address`` in ``known_workers.json`` the first time
+it meets the worker; a worker that later offers another key raises
+:class:`WorkerKeyChangedError` with what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fleetgui import paths
+from fleetgui.errors import FleetguiError
+from fleetgui.fleet.keys import KNOWN_WORKERS, KeyFileError, fingerprint
+from fleetgui.fsutil import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerKeyChangedError(FleetguiError):
+    """A worker presented a key other than the one pinned for it."""
+
+
+class KnownWorkers:
+    """Worker keys pinned by ``name@address`` in a JSON file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or paths.config_dir() / KNOWN_WORKERS
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise KeyFileError(
+                f"cannot read {self.path} ({exc}): fix it or delete it (worker "
+                "keys are then pinned again on next contact)"
+            ) from exc
+        workers = data.get("workers") if isinstance(data, dict) else None
+        if not isinstance(workers, dict):
+            raise KeyFileError(f"{self.path} is not a known-workers file: delete it")
+        return workers
+
+    def pinned(self, address: str, name: str) -> str | None:
+        """The key pinned for the worker, if any."""
+        entry = self._load().get(f"{name}@{address}")
+        return entry.get("public_key") if isinstance(entry, dict) else None
+
+    def check(self, address: str, name: str, public_key: str) -> bool:
+        """Pin ``public_key`` on first contact (True), accept it if it is the pinned key
+        (False), else raise :class:`WorkerKeyChangedError`."""
+        workers = self._load()
+        entry_id = f"{name}@{address}"
+        entry = workers.get(entry_id)
+        pinned = entry.get("public_key") if isinstance(entry, dict) else None
+        if pinned == public_key:
+            return False
+        if pinned is not None:
+            raise WorkerKeyChangedError(
+                f"the key of worker {name!r} at {address} has CHANGED: pinned "
+                f"{fingerprint(pinned)}, offered {fingerprint(public_key)}. Someone may be "
+                f"impersonating the worker, or it was reinstalled. If the change is expected, "
+                f"remove the entry {entry_id!r} from {self.path} and connect again."
+            )
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        workers[entry_id] = {
+            "public_key": public_key,
+            "name": name,
+            "address": address,
+            "pinned_at": now,
+        }
+        atomic_write_text(self.path, json.dumps({"version": 1, "workers": workers}, indent=2))
+        logger.info("pinned the key of worker %s: %s", entry_id, fingerprint(public_key))
+        return True
+
+    def forget(self, address: str, name: str) -> bool:
+        """Remove the worker's pinned key; False if none was pinned."""
+        workers = self._load()
+        if workers.pop(f"{name}@{address}", None) is None:
+            return False
+        atomic_write_text(self.path, json.dumps({"version": 1, "workers": workers}, indent=2))
+        return True
