@@ -54,25 +54,38 @@ _LOOPS: list[asyncio.AbstractEventLoop] = []  # one per session, shared by the a
 
 
 @pytest.fixture(scope="session")
-def qloop(qapp: QApplication) -> Iterator[asyncio.AbstractEventLoop]:
-    """qasync's loop on the test's QApplication: tasks run while pytest-qt waits. One loop per
-    session (a second qasync loop on the same QApplication never runs its tasks); modules that
-    import this fixture share it."""
+def qloop_session(qapp: QApplication) -> Iterator[asyncio.AbstractEventLoop]:
+    """qasync's loop on the test's QApplication, one per session (a second qasync loop on the
+    same QApplication never runs its tasks). Marked running only inside the tests that use it
+    (``qloop``), so that the other tests' ``asyncio.run`` still works."""
     if _LOOPS:
         yield _LOOPS[0]
         return
     loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.events._set_running_loop(None)
     _LOOPS.append(loop)
-    asyncio.set_event_loop(loop)
     hooks = sys.get_asyncgen_hooks()
-    install_asyncgen_finalizer(loop)
     yield loop
     _LOOPS.clear()
     sys.set_asyncgen_hooks(*hooks)
     loop.stop()
-    asyncio.events._set_running_loop(None)
     loop.close()
-    asyncio.set_event_loop(None)
+
+
+@pytest.fixture(scope="module")
+def qloop(qloop_session: asyncio.AbstractEventLoop) -> Iterator[asyncio.AbstractEventLoop]:
+    """The session's qasync loop, running (tasks run while pytest-qt waits) for this module."""
+    loop = qloop_session
+    hooks = sys.get_asyncgen_hooks()
+    asyncio.set_event_loop(loop)
+    asyncio.events._set_running_loop(loop)
+    install_asyncgen_finalizer(loop)
+    try:
+        yield loop
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+        asyncio.events._set_running_loop(None)
+        asyncio.set_event_loop(None)
 
 
 def make_window(folder: Path) -> tuple[AppCore, MainWindow]:

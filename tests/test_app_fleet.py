@@ -29,7 +29,14 @@ pytest.importorskip("qasync")
 from fleet_support import WorkerProcess, coordinator_identity, worker_process
 from PySide6.QtWidgets import QApplication, QPushButton
 from runtime_support import EXACT, export, perturbed_copy
-from test_app import TIMEOUT_MS, QtBot, new_chat, qloop, send_and_wait  # noqa: F401
+from test_app import (  # noqa: F401
+    TIMEOUT_MS,
+    QtBot,
+    new_chat,
+    qloop,
+    qloop_session,
+    send_and_wait,
+)
 
 from fleetgui.app.core import AppCore
 from fleetgui.app.fleet_app import build_fleet_core
