@@ -133,6 +133,8 @@ class DeploymentController(QObject):
         self._set_state(state)
         self._task = spawn(self._guard(job), f"deployment: {state.value}")
         self._task.add_done_callback(self._job_done)
+        # A task cancelled before it ran never awaits its job: close it so it leaves no warning.
+        self._task.add_done_callback(lambda _: job.close())
         return True
 
     async def _guard(self, job: Coroutine[Any, Any, None]) -> None:
