@@ -149,9 +149,11 @@ async def fleet_run(
 
 
 def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tuple[str, str]]:
+    tag = args.layers.replace(":", "-").replace(",", "_")
     two = ensure_export(
-        model, f"bench-2stage-{args.weights}-0-9_9-16", layers="0:9,9:16", weights=args.weights
+        model, f"bench-2stage-{args.weights}-{tag}", layers=args.layers, weights=args.weights
     )
+
     mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
     runs: dict[str, list[float]] = {"genai": [], "pp1": [], "pp2": [], "ttft": []}
     with fleet_workers(["w1"], identity) as workers:
@@ -257,6 +259,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=5.0)
+    parser.add_argument("--layers", default="0:9,9:16", help="part A's 2-stage split")
     parser.add_argument("--parts", default="AB", help="which parts to run (A, B, C)")
     parser.add_argument("--demo", type=Path, help="demo pair folder for part C")
     args = parser.parse_args()

@@ -89,7 +89,9 @@ async def infer_async(request: ov.InferRequest, inputs: dict[str, Any]) -> None:
         loop.call_soon_threadsafe(settle)
 
     request.set_callback(finished, None)
-    request.start_async(inputs)
+    # share_inputs: OpenVINO reads the arrays in place instead of copying them into new tensors
+    # (the caller keeps them alive and unchanged until this returns).
+    request.start_async(inputs, share_inputs=True)
     try:
         await asyncio.shield(done)
     except asyncio.CancelledError:
@@ -174,6 +176,7 @@ class LocalStage(Stage):
                 if request.compact:
                     self._compact(slot)
                 attention_mask, positions = slot.mask.advance(request.n_positions)
+                attention_mask = attention_mask.copy()  # the mask buffer changes on rewind
                 payload = request.payload
                 for part, (infer, names) in enumerate(
                     zip(slot.requests, self._inputs, strict=True)
