@@ -20,7 +20,10 @@ evenly, the slow worker instead of the fast one, the coordinator alone as a refe
 its memory cap). Decode ms/token is the median over repeats and prompts; repeats interleave the
 splits and re-profile the devices each time. The table gives predicted vs measured per split, and
 a measured breakdown (stage compute from the runtime's timings, time in the ring outside worker
-compute, and the rest: the coordinator's per-token work outside any stage).
+compute, and the rest: the coordinator's per-token work outside any stage). Two more errors per
+split: the median of each repeat's own prediction against its own measurement (other users' load
+on a shared machine drifts between repeats), and the run's own stage compute plus the predicted
+hops against the measurement (the time model's structure, without the layer-time profile).
 
 Run: ``.venv/bin/python benchmarks/bench_plan_vs_fleet.py [--tokens 96] [--repeats 3]
 [--delay-ms 4] [--quota 0.5] [--coordinator-layers 8]``
@@ -74,7 +77,9 @@ import json, sys
 from pathlib import Path
 import psutil
 from fleetgui.planner.device_bench import measure_layer_ms
-t = measure_layer_ms(Path(sys.argv[1]), sys.argv[2], cache_file=Path(sys.argv[3]), refresh=True)
+t = measure_layer_ms(
+    Path(sys.argv[1]), sys.argv[2], cache_file=Path(sys.argv[3]), refresh=True, warmup=10, steps=100
+)
 print(json.dumps({"ms": t.ms_per_layer, "memory": int(psutil.virtual_memory().available)}))
 """
 
@@ -571,12 +576,26 @@ def report(
             + f", hops {sum(s.hop_in_ms + s.hop_out_ms for s in predicted.stages):.1f}"
         )
         rows.append(("  measured parts / predicted parts", f"{parts} / {want}"))
+        # the model's structure alone: the run's own stage compute plus the predicted hops
+        hops = sum(s.hop_in_ms + s.hop_out_ms for s in predicted.stages)
+        structure = sum(v for k, v in got.items() if k.startswith("stage")) + hops
+        paired = statistics.median(
+            (r["predicted"] - r["measured"]) / r["measured"] for r in per_repeat[split.label]
+        )
+        rows.append(
+            (
+                "  error per repeat (median) / with the run's compute",
+                f"{paired:+.1%} / {(structure - got['token']) / got['token']:+.1%}",
+            )
+        )
         ranking.append((predicted.predicted_ms_per_token, got["token"], split.label))
         figures["splits"][split.label] = {
             "ring": split.ring,
             "predicted_ms": round(predicted.predicted_ms_per_token, 3),
             "measured_ms": round(got["token"], 3),
             "error": round(error, 4),
+            "median_error_per_repeat": round(paired, 4),
+            "structure_ms": round(structure, 3),
             "measured_parts": {k: round(v, 3) for k, v in got.items()},
             "runs_ms": [round(x, 3) for x in measured[split.label].token_ms],
             "per_repeat": per_repeat[split.label],

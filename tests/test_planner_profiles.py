@@ -152,3 +152,29 @@ def test_a_folder_that_is_no_model_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
     with pytest.raises(ModelProfileError, match="neither a fleetgui export"):
         load_model_profile(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "times, expected",
+    [
+        ([2.0] * 10, 2.0),
+        # a 50% CPU quota throttles 8 of 20 short steps: the median (1.4) would hide it
+        ([1.4] * 12 + [3.4] * 8, 2.15),
+        # one hiccup among 20 steps is trimmed away
+        ([1.0] * 19 + [50.0], 1.0),
+        ([3.0], 3.0),
+    ],
+)
+def test_sustained_step_time(times: list[float], expected: float) -> None:
+    from fleetgui.planner.device_bench import sustained_ms
+
+    assert sustained_ms(times) == pytest.approx(expected)
+
+
+def test_sustained_step_time_rejects_bad_input() -> None:
+    from fleetgui.planner.device_bench import sustained_ms
+
+    with pytest.raises(ValueError, match="no step times"):
+        sustained_ms([])
+    with pytest.raises(ValueError, match="trim"):
+        sustained_ms([1.0], trim=0.5)

@@ -136,7 +136,7 @@ class ComputeProfile:
     """One OpenVINO device of a PC, measured with the model's kind of layer."""
 
     ov_device: str  # "CPU", "GPU.0", ...
-    ms_per_layer: float  # median decode-step time of a real 1-layer shard after warm-up
+    ms_per_layer: float  # trimmed-mean decode-step time of a real 1-layer shard after warm-up
     memory_bytes: int  # memory a stage on this device may use (free RAM, or GPU memory)
 
 
