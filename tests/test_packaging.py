@@ -11,6 +11,7 @@ Bundles are built once per test session (onedir), one at a time.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -108,7 +109,9 @@ def test_app_binary_without_arguments_opens_the_app() -> None:
 def test_version_has_one_source() -> None:
     assert bundle_config.version() == fleetgui.__version__
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert pyproject["project"]["version"] == fleetgui.__version__
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fleetgui.__version__"}
+    assert importlib.metadata.version("fleetgui") == fleetgui.__version__
 
 
 @pytest.mark.parametrize(
