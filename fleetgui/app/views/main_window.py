@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self.mode_panel.mode_changed.connect(self._set_mode)
         self.mode_panel.invalid.connect(self.messages.show_error)
         core.inference.mode_changed.connect(self._show_mode)
+        core.inference.mode_changed.connect(self.mode_panel.set_mode)  # also when set by code
         core.inference.state_changed.connect(self._show_pipeline_state)
         # metrics
         core.inference.metric.connect(core.feed.record)
