@@ -1,0 +1,99 @@
+"""Demo pair benchmark: PP+SD speedup per K on held-out code prompts, as ``fleetgui demo`` runs.
+
+The demo's setup: the target exported in 2 stages on 2 local worker processes (one OpenVINO
+thread each), the draft on the coordinator. For each K (and ``auto``) the same held-out prompts
+run greedy with PP+SD and with plain PP, interleaved, and the table gives decode tokens/s,
+the speedup over PP and the acceptance rate. Greedy PP+SD output must equal PP's (checked).
+
+Run: ``.venv/bin/python benchmarks/bench_demo.py [--size small] [--tokens 96]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+from typing import Any
+
+from common import print_figures
+
+from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
+
+HELD_OUT = (
+    "def fibonacci(n):\n    ",
+    "class Stack:\n\n    def __init__(self):\n        ",
+    "import os\n\n\ndef main():\n    ",
+    "def read_config(path):\n    with open(path) as handle:\n        ",
+)
+
+
+async def measure(pipe: Pipeline, k: int | None, speculative: bool, tokens: int) -> dict[str, Any]:
+    rates, accepted, ids = [], [], []
+    for prompt in HELD_OUT:
+        options = GenerationOptions(max_new_tokens=tokens, speculative=speculative, k=k)
+        result = await pipe.complete(prompt, options)
+        rates.append(result.tokens_per_s)
+        ids.append(result.token_ids)
+        if result.acceptance_rate is not None:
+            accepted.append(result.acceptance_rate)
+    return {
+        "tok_s": statistics.mean(rates),
+        "acceptance": statistics.mean(accepted) if accepted else None,
+        "ids": ids,
+    }
+
+
+async def run(args: argparse.Namespace) -> None:
+    from fleetgui.demo.session import start_demo
+
+    demo = await start_demo(args.size)
+    ks: list[int | None] = [1, 2, 3, 4, 6, 8, None]
+    figures: dict[str, dict[str, list[float]]] = {}
+    try:
+        pipe = demo.pipeline
+        await pipe.complete("warm up", GenerationOptions(max_new_tokens=8, speculative=True))
+        for _ in range(args.repeats):
+            base = await measure(pipe, None, False, args.tokens)
+            figures.setdefault("pp", {}).setdefault("tok_s", []).append(base["tok_s"])
+            for k in ks:
+                spec = await measure(pipe, k, True, args.tokens)
+                if spec["ids"] != base["ids"]:
+                    raise SystemExit(f"K={k}: PP+SD greedy output differs from PP")
+                entry = figures.setdefault(f"k={k or 'auto'}", {})
+                entry.setdefault("tok_s", []).append(spec["tok_s"])
+                entry.setdefault("acceptance", []).append(spec["acceptance"] or 0.0)
+                entry.setdefault("speedup", []).append(spec["tok_s"] / base["tok_s"])
+    finally:
+        await demo.close()
+    med = {name: {m: statistics.median(v) for m, v in e.items()} for name, e in figures.items()}
+    rows = [("PP (no draft)", f"{med['pp']['tok_s']:.1f} tok/s")]
+    for k in ks:
+        entry = med[f"k={k or 'auto'}"]
+        rows.append(
+            (
+                f"PP+SD K={k or 'auto'}",
+                f"{entry['tok_s']:.1f} tok/s, {entry['speedup']:.2f}x, "
+                f"acceptance {entry['acceptance']:.1%}",
+            )
+        )
+    print_figures(
+        f"demo benchmark: {args.size} pair, 2 local workers, {len(HELD_OUT)} held-out prompts, "
+        f"{args.tokens} new tokens, median of {args.repeats}",
+        rows,
+        {n: {m: [round(x, 3) for x in v] for m, v in e.items()} for n, e in figures.items()},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", choices=("small", "tiny"), default="small")
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
