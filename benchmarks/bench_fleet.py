@@ -227,7 +227,9 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     from fleetgui.demo import load_pair
 
     pair = load_pair(args.demo)
-    target2 = ensure_export(pair.target_dir, "demo-target-2stage", stages=2, weights="fp16")
+    tag = args.demo_layers.replace(":", "-").replace(",", "_") if args.demo_layers else "even"
+    split = {"layers": args.demo_layers} if args.demo_layers else {"stages": 2}
+    target2 = ensure_export(pair.target_dir, f"demo-target-2stage-{tag}", weights="fp16", **split)
     mono = ensure_export(pair.target_dir, "demo-target-mono", monolithic=True, weights="fp16")
     draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights="fp16")
     runs: dict[str, list[float]] = {"genai": [], "mb2": [], "acceptance": []}
@@ -260,6 +262,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=5.0)
     parser.add_argument("--layers", default="0:9,9:16", help="part A's 2-stage split")
+    parser.add_argument("--demo-layers", help="part C's 2-stage split (default: even)")
     parser.add_argument("--parts", default="AB", help="which parts to run (A, B, C)")
     parser.add_argument("--demo", type=Path, help="demo pair folder for part C")
     args = parser.parse_args()
