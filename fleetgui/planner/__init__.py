@@ -6,6 +6,7 @@ Plain frozen dataclasses in, a :class:`Plan` out; no sockets or Qt. The time mod
 """
 
 from fleetgui.planner.baselines import brute_force, compute_proportional, memory_proportional
+from fleetgui.planner.fixed_stages import PlanMismatchError, plan_fixed_stages, stage_groups
 from fleetgui.planner.model_profile import ModelProfile, ModelProfileError, load_model_profile
 from fleetgui.planner.plan import LeftOut, Plan, PlanConfig, StageAssignment
 from fleetgui.planner.profiles import (
@@ -32,6 +33,7 @@ __all__ = [
     "NoPlanFitsError",
     "Plan",
     "PlanConfig",
+    "PlanMismatchError",
     "ReplanError",
     "SpeedDrift",
     "StageAssignment",
@@ -41,7 +43,9 @@ __all__ = [
     "load_model_profile",
     "memory_proportional",
     "parse_devices",
+    "plan_fixed_stages",
     "replan",
     "save_devices",
     "solve",
+    "stage_groups",
 ]
