@@ -2,10 +2,16 @@
 processes on loopback with CURVE on, tiny real models.
 
 Add workers by address and see them online (an unpaired one says so with the fix, a closed port
-says so), pair one with the code it shows, deploy with a progress bar per worker, chat and get
-the tokens an in-process run gives, switch to PP+SD with K 3 and redeploy, see the charts
-(per-hop round trip included), and kill -9 a worker mid-reply: it is marked lost while the
-reply completes with the same tokens (a spare takes its stage)."""
+says so), pair one with the code it shows, preview the plan and deploy with a progress bar per
+worker: the fleet runs exactly the previewed plan (which PC has which layers, who is a spare),
+chat and get the tokens an in-process run gives, switch to PP+SD with K 3 and redeploy, see the
+charts (per-hop round trip included), and kill -9 a worker mid-reply: it is marked lost while the
+reply completes with the same tokens (a spare takes its stage).
+
+Every PC here is the same machine with the same estimated layer time (and a worker's link time
+is how long its last probe took, about 0.2 s here), so the planner rightly keeps the whole tiny
+model on this PC; the app's device source is wrapped to report this PC as far slower
+(:class:`SlowCoordinator`), as a measured slow coordinator would be."""
 
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +45,13 @@ from test_app import (  # noqa: F401
 )
 
 from fleetgui.app.core import AppCore
+from fleetgui.app.deployer import DeviceSource
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
 from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
 from fleetgui.app.mode import Mode
+from fleetgui.app.plan_preview import export_stages, rows_of
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.coordinator import CoordinatorConfig
 from fleetgui.fleet.discovery import parse_address
@@ -51,6 +59,8 @@ from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.planner import DeviceProfile, Plan
+from fleetgui.planner.fixed_stages import plan_rows
 from fleetgui.runtime.loader import load_local_pipeline
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 
@@ -84,6 +94,19 @@ class PairingWorker(WorkerProcess):
                 self.info = json.loads(line)
                 return self
         raise RuntimeError(f"worker {self.name} did not become ready")
+
+
+class SlowCoordinator(DeviceSource):
+    """The fleet's own device profiles, with this PC ``factor`` times slower per layer (see the
+    module doc)."""
+
+    def __init__(self, inner: DeviceSource, factor: float) -> None:
+        self.inner = inner
+        self.factor = factor
+
+    def device_profiles(self) -> list[DeviceProfile]:
+        here, *workers = self.inner.device_profiles()
+        return [replace(here, ms_per_layer=here.ms_per_layer * self.factor), *workers]
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +197,7 @@ def app(
     )
     deployer = core.deployment.deployer
     assert isinstance(deployer, FleetDeployer)
+    core.deployment.devices = SlowCoordinator(core.deployment.devices, factor=1000.0)
     window = MainWindow(core)
     window.show()
     state = App(core, window, controller, deployer, [], [])
@@ -219,20 +243,46 @@ def reference_tokens(
     return drive(run())
 
 
-def deploy(qtbot: QtBot, app: App, export_dir: Path) -> list[Any]:
-    """Choose ``export_dir`` and press Deploy; returns the progress steps."""
+def deploy(qtbot: QtBot, app: App, export_dir: Path) -> tuple[list[Any], Plan]:
+    """Choose ``export_dir``, press Preview plan, then Deploy; returns the progress steps and
+    the previewed plan."""
     steps: list[Any] = []
     deployment = app.core.deployment
-    deployment.deploy_progress.connect(steps.append)
     view = app.window.deploy_view
     view.choose_requested.emit(str(export_dir))
+    with qtbot.waitSignal(deployment.plan_ready, timeout=TIMEOUT_MS) as shown:
+        view.preview_requested.emit()
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    preview = shown.args[0]
+    deployment.deploy_progress.connect(steps.append)
     try:
         with qtbot.waitSignal(deployment.deployed, timeout=TIMEOUT_MS):
             view.deploy_button.click()
     finally:
         deployment.deploy_progress.disconnect(steps.append)
     qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
-    return steps
+    return steps, preview
+
+
+def assert_deployed_as_previewed(app: App, export_dir: Path, preview: Plan) -> None:
+    """The fleet runs exactly ``preview``: the same PCs with the same layers in the same ring
+    order, the PCs it leaves out are the spares, and the view shows it."""
+    session = app.deployer.session
+    assert session is not None and session.assignment is not None
+    assert app.core.deployment.plan is preview  # deployed as previewed, not planned again
+    here = preview.devices[0]
+    deployed = rows_of(session.assignment, export_stages(export_dir), here)
+    assert deployed == plan_rows(preview)
+    assert set(session.assignment.spares) == {x.device for x in preview.left_out}
+    table = app.window.deploy_view.plan_table
+    shown = [
+        f"{table.item(r, 1).text()} {table.item(r, 2).text().split()[0]}"
+        for r in range(table.rowCount())
+    ]
+    expected = [f"{s.device} {s.shard.start_layer}–{s.shard.end_layer - 1}" for s in preview.stages]
+    assert shown == expected
+    for left_out in preview.left_out:
+        assert left_out.device in app.window.deploy_view.left_out.text()
 
 
 def test_add_workers_by_address_and_see_why_one_is_not_usable(
@@ -312,11 +362,13 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     qtbot: QtBot, app: App, exports: dict[str, Path]
 ) -> None:
     qtbot.waitUntil(lambda: len(app.controller.usable_endpoints()) == 4)
-    steps = deploy(qtbot, app, exports["3s"])
+    steps, preview = deploy(qtbot, app, exports["3s"])
+    assert_deployed_as_previewed(app, exports["3s"], preview)
     session = app.deployer.session
     assert session is not None and session.assignment is not None
     members = [m.name for m in session.assignment.members]
-    assert len(members) == 2 and len(session.assignment.spares) == 2
+    # the slow coordinator keeps stage 0; the other stages go to the fleet, the rest are spares
+    assert session.assignment.local == (0,) and members and session.assignment.spares
     bars = app.window.deploy_view.worker_bars
     for name in members:
         assert {s.step for s in steps if s.worker == name} >= {"loading the stages", "ready"}
@@ -341,8 +393,9 @@ def test_switch_to_pp_sd_with_k_redeploy_and_the_charts_follow(
     panel.k_auto.setChecked(False)
     panel.k.setValue(3)
     assert "K 3" in app.window.mode_state.text()
-    deploy(qtbot, app, exports["3s"])
+    _, preview = deploy(qtbot, app, exports["3s"])
     assert app.core.inference.has_draft
+    assert_deployed_as_previewed(app, exports["3s"], preview)
 
     new_chat(app.window, max_new_tokens=24)
     send_and_wait(qtbot, app.window, "The old lighthouse keeper")
@@ -405,7 +458,8 @@ def test_screenshot_command_renders_the_fleet_with_real_workers(
         command, capture_output=True, text=True, env=env, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "deployed exp-3s: this PC [0]" in result.stderr, result.stderr[-2000:]
+    # every PC has the same estimated layer time: the plan keeps the tiny model on this PC
+    assert "deployed exp-3s as planned: " in result.stderr, result.stderr[-2000:]
     for name in ("fleet", "deployment", "dashboard", "chat"):
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

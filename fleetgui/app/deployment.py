@@ -3,6 +3,12 @@
 One job at a time (export, plan or deploy) runs as an asyncio task; its heavy work runs in
 executors. ``cancel`` stops the job at every step, and a cancelled job leaves nothing half-done:
 an export stays in its hidden partial folder, a deployment's pipeline is closed.
+
+The plan the view shows is what gets deployed. An export is planned over its fixed stages; an HF
+model is planned layer by layer and, on Deploy, exported in the plan's stages (one per device).
+Deploy hands the previewed plan to the deployer, which deploys exactly it; when there is none, or
+it no longer holds (a PC it uses is gone, the streams changed), Deploy plans again on the PCs
+usable now and the view shows that plan.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from fleetgui.app.errors import user_message
 from fleetgui.app.export_job import ExportJob, default_export_dir
 from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import ModeSettings
+from fleetgui.app.plan_preview import PreviewRequest, preview_plan
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
 from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.paths import shards_cache_dir
-from fleetgui.planner import Plan, PlanConfig, load_model_profile, solve
+from fleetgui.planner import Plan, PlanConfig
+from fleetgui.planner.fixed_stages import plan_rows
 
 log = logging.getLogger(__name__)
 
@@ -182,14 +190,22 @@ class DeploymentController(QObject):
         """Export if needed, plan, deploy, and hand the pipeline to the inference service."""
         return self._start(JobState.DEPLOYING, self._deploy_job(mode or self.inference.mode))
 
-    async def _export_job(self) -> None:
+    async def _export_job(self, plan: Plan | None = None) -> None:
+        """Export the chosen HF model: in ``plan``'s stages (one per device) if given, else in
+        ``export_stages`` even stages."""
         if self.model_dir is None:
             return
+        layers = plan.layers_arg if plan is not None else None
+        stages = len(plan.stages) if plan is not None else self.export_stages
         out = default_export_dir(
-            self.model_dir, self.export_weights, self.export_stages, self.export_root
+            self.model_dir, self.export_weights, stages, self.export_root, layers=layers
         )
         request = ExportRequest(
-            self.model_dir, out, stages=self.export_stages, weights=self.export_weights
+            self.model_dir,
+            out,
+            stages=None if layers else stages,
+            layers=layers,
+            weights=self.export_weights,
         )
         self._export = job = ExportJob(request)
 
@@ -200,30 +216,40 @@ class DeploymentController(QObject):
         self.export_finished.emit(str(out))
         self.choose_model(out)
 
-    async def _plan_job(self, mode: ModeSettings | None) -> None:
+    async def _plan_job(self, mode: ModeSettings | None, previous: Plan | None = None) -> None:
+        """Plan for the chosen model on the PCs usable now: an export's fixed stages, or an HF
+        model layer by layer (see :mod:`fleetgui.app.plan_preview`)."""
         if self.model_dir is None:
             return
-        model_dir = self.model_dir
         streams = mode.streams if mode is not None and mode.concurrency > 1 else 1
-        devices = self.devices.device_profiles()
-        config = PlanConfig(objective=self.objective)
-
-        def work() -> Plan:
-            profile = load_model_profile(model_dir, streams=streams)
-            return solve(devices, profile, config)
-
-        self.plan = await asyncio.get_running_loop().run_in_executor(None, work)
+        request = PreviewRequest(
+            self.model_dir,
+            tuple(self.devices.device_profiles()),
+            PlanConfig(objective=self.objective),
+            streams=streams,
+            weights=self.export_weights,
+            previous=previous or self.plan,
+        )
+        loop = asyncio.get_running_loop()
+        self.plan = await loop.run_in_executor(None, preview_plan, request)
         self.plan_ready.emit(self.plan)
 
     async def _deploy_job(self, mode: ModeSettings) -> None:
+        previous = self.plan
         if self.kind is ModelKind.HUGGINGFACE:
+            stale = previous is not None and previous.weight_format != self.export_weights
+            if previous is None or stale or not self._plan_holds(previous, mode):
+                await self._plan_job(mode)
+                previous = self.plan
             self._set_state(JobState.EXPORTING)
-            await self._export_job()
+            await self._export_job(previous)  # in the plan's stages, one per device
             self._set_state(JobState.DEPLOYING)
         if self.model_dir is None:
             return
-        if self.plan is None:
-            await self._plan_job(mode)
+        # The previewed plan is deployed as it is while it still holds; else the export's
+        # stages are planned now, on the PCs usable now, and the view shows that plan.
+        if self.plan is None or not self._plan_holds(self.plan, mode):
+            await self._plan_job(mode, previous)
         request = DeployRequest(self.model_dir, mode.draft_dir, self.plan)
         pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
         description = f"{self.model_dir.name} on {self.deployer.name}"
@@ -235,7 +261,29 @@ class DeploymentController(QObject):
             if self.inference.pipeline is not pipeline:
                 await asyncio.shield(pipeline.close())
             raise
+        if request.plan is not None:
+            log.info(
+                "deployed %s as planned: %s",
+                self.model_dir.name,
+                "; ".join(plan_rows(request.plan)),
+            )
         self.deployed.emit(description)
+
+    def _plan_holds(self, plan: Plan, mode: ModeSettings) -> bool:
+        """Whether ``plan`` (previewed for the chosen export) still fits the situation: the same
+        objective and streams, and every PC it uses still usable (this PC still first)."""
+        streams = mode.streams if mode.concurrency > 1 else 1
+        devices = [d.name for d in self.devices.device_profiles()]
+        holds = (
+            plan.objective == self.objective
+            and plan.streams == streams
+            and bool(devices)
+            and plan.devices[0] == devices[0]
+            and set(plan.devices) <= set(devices)
+        )
+        if not holds:
+            log.info("the previewed plan no longer holds; planning again")
+        return holds
 
     def report_progress(self, progress: DeployProgress) -> None:
         """For deployers that report from elsewhere: re-emit ``progress``."""

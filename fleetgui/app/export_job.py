@@ -59,6 +59,13 @@ class ExportJob:
             raise
 
 
-def default_export_dir(model_dir: Path, weights: str, stages: int, root: Path) -> Path:
-    """Where the app puts an export of ``model_dir``: ``root/NAME-WEIGHTS-Ns``."""
-    return root / f"{Path(model_dir).name}-{weights}-{stages}s"
+def default_export_dir(
+    model_dir: Path, weights: str, stages: int, root: Path, *, layers: str | None = None
+) -> Path:
+    """Where the app puts an export of ``model_dir``: ``root/NAME-WEIGHTS-Ns``, or with exact
+    ``layers`` (``"0:9,9:16"``) ``root/NAME-WEIGHTS-Ns-0-9-16``."""
+    folder = f"{Path(model_dir).name}-{weights}-{stages}s"
+    if layers:
+        cuts = [layers.split(",")[0].split(":")[0]] + [r.split(":")[1] for r in layers.split(",")]
+        folder += "-" + "-".join(cuts)
+    return root / folder

@@ -1,9 +1,12 @@
-"""Deploy on the fleet: a ``FleetSession`` over the usable workers, stage 0 on this PC.
+"""Deploy on the fleet: a ``FleetSession`` over the usable workers, exactly as planned.
 
-The session pushes each worker's shards (a progress bar per worker), loads them and links the
-ring; its events (loading, running, lost, rejoined) go to the fleet view through the
-:class:`~fleetgui.app.fleet_controller.FleetController`. Without a usable worker the export is
-deployed on this PC alone (:class:`~fleetgui.app.local_deployer.LocalDeployer`).
+With a plan (the deployment view's preview) each device runs the export's stages the plan gives
+it (:func:`~fleetgui.app.plan_preview.plan_assignment`), the other usable workers are spares, and
+a plan that uses this PC alone deploys here (:class:`~fleetgui.app.local_deployer.LocalDeployer`);
+without a plan, stage 0 runs on this PC and the other stages are spread over the usable workers
+(or all run here when none is usable). The session pushes each worker's shards (a progress bar
+per worker), loads them and links the ring; its events (loading, running, lost, rejoined) go to
+the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetController`.
 
 A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
 to unload and the session is closed. A new deployment first ends the previous one (workers host
@@ -22,7 +25,9 @@ from fleetgui.app.deployer import Deployer, DeployProgress, DeployRequest, Progr
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
+from fleetgui.app.plan_preview import plan_assignment
 from fleetgui.fleet import deploy as fleet_deploy
+from fleetgui.fleet.assignment import Assignment
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.planner import Plan
 from fleetgui.runtime.metrics import MetricsBus
@@ -69,10 +74,19 @@ class FleetDeployer(Deployer):
     async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> Pipeline:
         await self.close()  # workers serve one deployment at a time
         endpoints = self.controller.usable_endpoints()
-        if not endpoints:
-            log.info("no usable worker: deploying %s on this PC", request.export_dir)
+        plan = request.plan
+        here = coordinator_name()
+        if (plan is None and not endpoints) or (plan is not None and plan.devices == (here,)):
+            why = "no usable worker" if plan is None else "the plan uses this PC only"
+            log.info("%s: deploying %s on this PC", why, request.export_dir)
             local = LocalDeployer(self.config.local)
             return await local.deploy(replace(request, plan=None), progress)
+        usable = [e.name for e in endpoints]
+        planned = (
+            plan_assignment(plan, request.export_dir, usable, coordinator=here)
+            if plan is not None
+            else None
+        )
         session = FleetSession(
             self.controller.identity,
             self.config,
@@ -81,7 +95,7 @@ class FleetDeployer(Deployer):
         )
         self.controller.session = session  # its heartbeats now speak for its workers
         try:
-            pipeline = await self._deploy(session, endpoints, request, progress)
+            pipeline = await self._deploy(session, endpoints, request, planned, progress)
         except BaseException:
             await asyncio.shield(self._discard(session))
             raise
@@ -93,6 +107,7 @@ class FleetDeployer(Deployer):
         session: FleetSession,
         endpoints: list[WorkerEndpoint],
         request: DeployRequest,
+        planned: Assignment | None,
         progress: ProgressCallback,
     ) -> Pipeline:
         here = coordinator_name()
@@ -100,7 +115,10 @@ class FleetDeployer(Deployer):
         progress(DeployProgress(here, "compiling stage 0", 0, 1))
         order = ring_order(endpoints, request.plan)
         await session.deploy(
-            request.export_dir, order=order, progress=lambda step: progress(app_progress(step))
+            request.export_dir,
+            order=order,
+            assignment=planned,
+            progress=lambda step: progress(app_progress(step)),
         )
         pipeline = await session.open_pipeline(draft_dir=request.draft_dir)
         progress(DeployProgress(here, "ready", 1, 1))

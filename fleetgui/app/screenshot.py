@@ -1,8 +1,8 @@
 """``fleetgui gui --screenshot DIR``: render each main view to a PNG, with real data.
 
-With an export it deploys on this PC, previews the plan, sends a chat message, waits for the
-streamed reply (the dashboard fills in meanwhile) and renders fleet, deployment, dashboard and
-chat. Chat history goes to a temporary folder, not the user's.
+With an export it deploys it (the deployment view shows the plan it deployed), sends a chat
+message, waits for the streamed reply (the dashboard fills in meanwhile) and renders fleet,
+deployment, dashboard and chat. Chat history goes to a temporary folder, not the user's.
 """
 
 from __future__ import annotations
@@ -64,8 +64,6 @@ async def _deploy(core: AppCore, request: ScreenshotRequest) -> None:
         raise ScreenshotError(
             f"could not deploy {request.export_dir}: {errors[-1] if errors else 'see the log'}"
         )
-    deployment.preview_plan(mode)  # deploy planned too; show the plan in the view
-    await deployment.wait()
 
 
 async def _chat(core: AppCore, window: MainWindow, request: ScreenshotRequest) -> None:

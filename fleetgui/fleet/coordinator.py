@@ -216,10 +216,12 @@ class FleetSession:
         export_dir: Path,
         *,
         order: Sequence[str] | None = None,
+        assignment: Assignment | None = None,
         progress: ProgressCallback | None = None,
     ) -> Assignment:
         """Assign the export's stages (coordinator first, then ``order`` or the connected
-        workers), push and load them, and set up the ring."""
+        workers), push and load them, and set up the ring. An explicit ``assignment`` (e.g. from
+        the planner's preview) is deployed as given instead."""
         self.export_dir = Path(export_dir)
         self.manifest = read_manifest(self.export_dir)
         if self.manifest.layout != "stages":
@@ -227,10 +229,31 @@ class FleetSession:
                 f"{export_dir} is a monolithic export; export the model in stages to run it on "
                 "a fleet (fleetgui export MODEL --stages N)"
             )
-        names = list(order or [n for n in self.order if n in self.links])
-        assignment = initial_assignment(self._units(), names, local_stages=self.config.local_stages)
+        if assignment is None:
+            names = list(order or [n for n in self.order if n in self.links])
+            assignment = initial_assignment(
+                self._units(), names, local_stages=self.config.local_stages
+            )
+        else:
+            self._check(assignment, len(self.manifest.stages))
         await self._apply(assignment, progress)
         return assignment
+
+    def _check(self, assignment: Assignment, n_stages: int) -> None:
+        """An explicit assignment must run every stage once, in ring order, on connected
+        workers."""
+        indices = [*assignment.local, *(i for m in assignment.members for i in m.indices)]
+        if indices != list(range(n_stages)) or any(not m.indices for m in assignment.members):
+            raise FleetguiError(
+                f"the assignment runs stages {indices}, but {self.export_dir} has {n_stages}: "
+                "each must run once, in order"
+            )
+        unknown = [m.name for m in assignment.members if m.name not in self.links]
+        if unknown:
+            raise FleetguiError(
+                f"the assignment uses {', '.join(unknown)}, which this session is not connected "
+                "to: connect them first"
+            )
 
     async def _apply(self, assignment: Assignment, progress: ProgressCallback | None) -> None:
         if self.export_dir is None or self.manifest is None:

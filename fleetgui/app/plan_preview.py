@@ -1,0 +1,108 @@
+"""The plan the deployment view previews, and what a deployment then deploys exactly.
+
+For an existing export the stages are fixed: the preview is the best placement of its whole
+stages (:func:`fleetgui.planner.plan_fixed_stages`), and the fleet deployer turns that plan into
+the fleet's assignment (:func:`plan_assignment`). A HuggingFace model is planned layer by layer
+(:func:`fleetgui.planner.solve`) and then exported with the plan's ``--layers``, one stage per
+device, so its stages match the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetgui.errors import FleetguiError
+from fleetgui.export.manifest import read_manifest
+from fleetgui.fleet.assignment import Assignment, Member
+from fleetgui.planner import (
+    DeviceProfile,
+    Plan,
+    PlanConfig,
+    load_model_profile,
+    plan_fixed_stages,
+    solve,
+    stage_groups,
+)
+from fleetgui.planner.fixed_stages import StageRange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreviewRequest:
+    """What to plan for."""
+
+    model_dir: Path  # an export (manifest.json) or a HuggingFace model folder
+    devices: tuple[DeviceProfile, ...]  # this PC first, then the usable workers
+    config: PlanConfig
+    streams: int = 1  # sequences decoded at once
+    weights: str = "int4"  # weight format a HuggingFace model will be exported with
+    previous: Plan | None = None  # a plan whose ring order to keep (e.g. the one exported)
+
+
+def export_stages(export_dir: Path) -> list[StageRange]:
+    """The export's stage boundaries (a monolithic export is one stage)."""
+    manifest = read_manifest(export_dir)
+    if manifest.layout != "stages":
+        return [(0, manifest.n_layers)]
+    return [(s.start_layer, s.end_layer) for s in manifest.stages]
+
+
+def in_plan_order(devices: Sequence[DeviceProfile], plan: Plan | None) -> list[DeviceProfile]:
+    """``devices`` with the coordinator first, then ``plan``'s devices in its ring order, then
+    the others in the order given."""
+    if plan is None or not devices:
+        return list(devices)
+    rank = {name: index for index, name in enumerate(plan.devices)}
+    first, rest = devices[0], devices[1:]
+    planned = sorted((d for d in rest if d.name in rank), key=lambda d: rank[d.name])
+    return [first, *planned, *(d for d in rest if d.name not in rank)]
+
+
+def preview_plan(request: PreviewRequest) -> Plan:
+    """The plan for ``request`` (reads the model's files; run it in an executor)."""
+    folder = request.model_dir
+    devices = in_plan_order(request.devices, request.previous)
+    if (folder / "manifest.json").is_file():
+        profile = load_model_profile(folder, streams=request.streams)
+        return plan_fixed_stages(devices, profile, export_stages(folder), request.config)
+    profile = load_model_profile(folder, weight_format=request.weights, streams=request.streams)
+    return solve(devices, profile, request.config)
+
+
+def plan_assignment(
+    plan: Plan, export_dir: Path, usable: Sequence[str], *, coordinator: str
+) -> Assignment:
+    """The fleet assignment that deploys ``plan`` on ``export_dir``: the ``coordinator`` (the
+    plan's first device) runs the first group of stages, each further device its group, in ring
+    order; the other ``usable`` workers are spares. Raises ``FleetguiError`` when the plan does
+    not fit the export's stages or names a PC that cannot be used now."""
+    groups = stage_groups(plan, export_stages(export_dir))
+    (first, local), rest = groups[0], groups[1:]
+    if first != coordinator:
+        raise FleetguiError(
+            f"the plan starts on {first}, not on this PC ({coordinator}): preview the plan again"
+        )
+    missing = [name for name, _ in rest if name not in usable]
+    if missing:
+        raise FleetguiError(
+            f"the plan puts stages on {', '.join(missing)}, which cannot be used now: "
+            "preview the plan again"
+        )
+    members = tuple(Member(name, indices) for name, indices in rest)
+    used = {m.name for m in members}
+    return Assignment(local, members, tuple(n for n in usable if n not in used))
+
+
+def rows_of(assignment: Assignment, stages: Sequence[StageRange], here: str) -> list[str]:
+    """``"device start:end"`` per participant of ``assignment``, like
+    :func:`~fleetgui.planner.fixed_stages.plan_rows`."""
+
+    def text(name: str, indices: Sequence[int]) -> str:
+        return f"{name} {stages[indices[0]][0]}:{stages[indices[-1]][1]}"
+
+    rows = [text(here, assignment.local)] if assignment.local else []
+    return rows + [text(m.name, m.indices) for m in assignment.members]
