@@ -319,6 +319,33 @@ def test_export_can_be_cancelled_and_leaves_no_export(
     assert exported == []
 
 
+def test_deploying_a_model_folder_exports_it_in_the_plans_stages(
+    qtbot: QtBot, qloop: Any, exports: dict, tmp_path: Path
+) -> None:
+    """Deploy on an HF folder: planned layer by layer, exported with the plan's --layers, then
+    the export's stages are placed as that plan and deployed (the view shows both plans)."""
+    from fleetgui.export.manifest import read_manifest
+
+    core, window = make_window(tmp_path)
+    qtbot.addWidget(window)
+    deployment = core.deployment
+    deployment.export_root, deployment.export_weights = tmp_path / "exports", "fp32"
+    plans: list[Any] = []
+    deployment.plan_ready.connect(plans.append)
+    assert deployment.choose_model(exports["model"])
+    with qtbot.waitSignal(deployment.deployed, timeout=3 * TIMEOUT_MS):
+        window.deploy_view.deploy_button.click()
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    layered, placed = plans  # the model folder's plan, then its export's
+    assert deployment.model_dir is not None and deployment.model_dir.parent == tmp_path / "exports"
+    stages = [(s.start_layer, s.end_layer) for s in read_manifest(deployment.model_dir).stages]
+    assert stages == [(s.shard.start_layer, s.shard.end_layer) for s in layered.stages]
+    assert placed.same_layout(layered) and deployment.plan is placed
+    assert window.deploy_view.plan_table.rowCount() == len(placed.stages)
+    unload = asyncio.ensure_future(core.inference.unload())
+    qtbot.waitUntil(unload.done, timeout=TIMEOUT_MS)
+
+
 def test_screenshot_command_writes_every_view(exports: dict, tmp_path: Path) -> None:
     out = tmp_path / "shots"
     env = {**os.environ, "FLEETGUI_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
