@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +71,7 @@ class KnownWorker:
     info: WorkerInfo | None = None  # its last info record
     paired: bool | None = None  # trusts this coordinator; None: not checked since last seen
     hello: dict[str, Any] = field(default_factory=dict)  # its HELLO reply
-    rtt_ms: float = 0.0  # how long its last probe took
+    rtt_ms: float = 0.0  # round trip of a HELLO on an established encrypted link
     was_usable: bool = False  # was online at some point: failing now means lost
     misses: int = 0  # probes in a row it did not answer
     row: str | None = None  # the name of its row in the fleet model
@@ -191,7 +190,6 @@ class FleetController(QObject):
 
     async def _refresh_one(self, worker: KnownWorker) -> None:
         async with worker.lock:
-            started = time.monotonic()
             status = await probe_status(
                 worker.host, worker.port, self.config.probe_timeout_s, last=worker.info
             )
@@ -199,7 +197,6 @@ class FleetController(QObject):
                 worker.paired = None
                 self._show_unseen(worker, status.reason, status.detail)
                 return
-            worker.rtt_ms = (time.monotonic() - started) * 1000
             worker.misses = 0
             info = status.info
             try:
@@ -214,6 +211,8 @@ class FleetController(QObject):
             if worker.paired is not True:
                 check = await check_paired(self.identity, info, self.config.probe_timeout_s)
                 worker.paired, worker.hello = check.paired, check.hello
+                if check.rtt_ms is not None:  # not the probe's time: that includes connecting
+                    worker.rtt_ms = check.rtt_ms
                 if check.error:  # the info port answers, the encrypted one does not
                     worker.paired = None
                     self._show_unseen(worker, WorkerStatusReason.NOT_ANSWERING, check.error)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ class PairingCheck:
     paired: bool
     hello: dict[str, Any] = field(default_factory=dict)  # the worker's HELLO reply (if paired)
     error: str = ""  # why the encrypted connection failed (neither paired nor refused)
+    rtt_ms: float | None = None  # the HELLO's round trip on the established encrypted link
 
 
 def _client(identity: KeyPair, info: WorkerInfo, timeout_s: float) -> SecureClient:
@@ -49,7 +51,9 @@ async def check_paired(
     client = _client(identity, info, timeout_s)
     try:
         await client.connect(zmq_endpoint(info.host, info.port), timeout_s)
+        started = time.perf_counter()
         reply = await client.request(Message(Op.HELLO), timeout_s)
+        rtt_ms = (time.perf_counter() - started) * 1000
     except WorkerRefusedKeyError:
         return PairingCheck(False)
     except RemoteError as exc:
@@ -61,7 +65,7 @@ async def check_paired(
         return PairingCheck(False, error=str(exc))
     finally:
         client.close()
-    return PairingCheck(True, dict(reply.meta))
+    return PairingCheck(True, dict(reply.meta), rtt_ms=rtt_ms)
 
 
 async def pair_with_code(
