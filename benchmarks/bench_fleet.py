@@ -33,7 +33,7 @@ from typing import Any
 
 from bench_export import PROMPT, genai_tok_s
 from common import bench_cache, bench_llama, ensure_export, print_figures
-from fleet_support import WorkerProcess, coordinator_identity, worker_process
+from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair
@@ -56,17 +56,9 @@ def fleet_workers(
     root.mkdir(parents=True, exist_ok=True)
     keys = root / "authorized_keys"
     keys.write_text(f"{identity.public} bench\n")
-    workers = [
-        worker_process(root, n, keys, precision="auto", prefix=["taskset", "-c", str(cpu)])
-        for n in names
-    ]
-    try:
-        for worker in workers:
-            worker.start()
+    prefix = ["taskset", "-c", str(cpu)]
+    with running_workers(root, names, keys, precision="auto", prefix=prefix) as workers:
         yield workers
-    finally:
-        for worker in workers:
-            worker.stop()
 
 
 @contextlib.contextmanager

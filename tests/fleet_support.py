@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair, write_identity
@@ -132,9 +133,10 @@ def worker_process(
 
 @contextmanager
 def running_workers(
-    root: Path, names: list[str], authorized_keys: Path
+    root: Path, names: list[str], authorized_keys: Path, **options: Any
 ) -> Iterator[list[WorkerProcess]]:
-    workers = [worker_process(root, n, authorized_keys) for n in names]
+    """Start a worker per name (``options`` as for :func:`worker_process`); stop them after."""
+    workers = [worker_process(root, n, authorized_keys, **options) for n in names]
     try:
         for worker in workers:
             worker.start()

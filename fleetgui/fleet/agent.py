@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,18 @@ class WorkerAgent:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loading: asyncio.Task[None] | None = None
         self.forwards = 0
+        self._handlers: dict[Op, Callable[[Incoming], Coroutine[Any, Any, None]]] = {
+            Op.FORWARD: self._forward,
+            Op.HELLO: self._hello,
+            Op.HEARTBEAT: self._heartbeat,
+            Op.HAVE_FILES: self._have_files,
+            Op.PUT_CHUNK: self._put_chunk,
+            Op.LOAD_STAGE: self._load_stage,
+            Op.UNLOAD: self._unload,
+            Op.RING: self._ring,
+            Op.RESET: self._stream_op,
+            Op.RELEASE: self._stream_op,
+        }
 
     @property
     def busy(self) -> bool:
@@ -124,18 +136,7 @@ class WorkerAgent:
 
     def _dispatch(self, incoming: Incoming) -> None:
         op = incoming.message.op
-        handler = {
-            Op.FORWARD: self._forward,
-            Op.HELLO: self._hello,
-            Op.HEARTBEAT: self._heartbeat,
-            Op.HAVE_FILES: self._have_files,
-            Op.PUT_CHUNK: self._put_chunk,
-            Op.LOAD_STAGE: self._load_stage,
-            Op.UNLOAD: self._unload,
-            Op.RING: self._ring,
-            Op.RESET: self._stream_op,
-            Op.RELEASE: self._stream_op,
-        }.get(op)
+        handler = self._handlers.get(op)
         if handler is None:
             self._spawn(self._reply_error(incoming, ErrorCode.BAD_OP, f"{op.name} not served"))
             return

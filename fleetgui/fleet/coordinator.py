@@ -132,15 +132,7 @@ class FleetSession:
             raise failures[0]
 
     async def _open(self, endpoint: WorkerEndpoint) -> WorkerLink:
-        link = WorkerLink(
-            endpoint.name,
-            endpoint.endpoint,
-            endpoint.public_key,
-            self.identity,
-            self.dispatcher,
-            config=self.config.link,
-            on_lost=self._on_lost,
-        )
+        link = self._new_link(endpoint)
         try:
             await link.open()
         except BaseException:
@@ -150,6 +142,17 @@ class FleetSession:
         self.endpoints[endpoint.name] = endpoint
         self._event(endpoint.name, "online")
         return link
+
+    def _new_link(self, endpoint: WorkerEndpoint) -> WorkerLink:
+        return WorkerLink(
+            endpoint.name,
+            endpoint.endpoint,
+            endpoint.public_key,
+            self.identity,
+            self.dispatcher,
+            config=self.config.link,
+            on_lost=self._on_lost,
+        )
 
     def _on_lost(self, link: WorkerLink, reason: str) -> None:
         self._event(link.name, "lost", reason)
@@ -169,15 +172,7 @@ class FleetSession:
                 if old is not None and not old.lost:
                     return
                 try:
-                    link = WorkerLink(
-                        name,
-                        self.endpoints[name].endpoint,
-                        self.endpoints[name].public_key,
-                        self.identity,
-                        self.dispatcher,
-                        config=self.config.link,
-                        on_lost=self._on_lost,
-                    )
+                    link = self._new_link(self.endpoints[name])
                     await link.open()
                 except (FleetguiError, OSError) as exc:
                     log.debug("worker %s still away: %s", name, exc)
@@ -334,7 +329,8 @@ class FleetSession:
             list(assignment.local),
             ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members) or "nothing",
         )
-        return Ring(self._epoch, local, tuple(members), self.config.topology)
+        n_stages = len(self.manifest.stages) if self.manifest is not None else 0
+        return Ring(self._epoch, local, tuple(members), self.config.topology, n_stages)
 
     # -- failover -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ gives.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,12 @@ class Ring:
     local: tuple[Stage, ...]
     members: tuple[WorkerLink, ...]
     topology: str = "ring"  # ring | hub
+    n_stages: int = 0  # stages of the model in all (the coordinator's and the workers')
+
+    @functools.cached_property
+    def local_route(self) -> LocalRoute | None:
+        """The coordinator's stages chained (None if it runs none)."""
+        return LocalRoute(self.local) if self.local else None
 
 
 Recover = Callable[[Exception], Awaitable[Ring]]
@@ -89,9 +96,7 @@ class RingRoute(Route):
 
     @property
     def n_stages(self) -> int:
-        return len(self.ring.local) + sum(
-            len(m.hello.get("stages", [])) or 1 for m in self.ring.members
-        )
+        return self.ring.n_stages or len(self.ring.local) + len(self.ring.members)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -146,8 +151,8 @@ class RingRoute(Route):
         compute: dict[int, float] = {}
         current = request
         result = ForwardResult(request.stream_id)
-        if ring.local:
-            local = LocalRoute(ring.local)
+        if ring.local_route is not None:
+            local = ring.local_route
             result = await local.run(replace(request, head=None) if ring.members else request)
             if not ring.members:
                 return result
