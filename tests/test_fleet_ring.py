@@ -119,6 +119,7 @@ def test_fleet_greedy_matches_monolithic(
         try:
             assert [len(m.indices) for m in session.assignment.members] == [1] * n_workers
             pipe = session.pipeline(draft_dir=exports["draft"] if mode != "pp" else None)
+            assert pipe.route.n_stages == n_workers + 1
             prompts = PROMPTS if mode == "pp+sd+mb" else PROMPTS[:1]
             results = await asyncio.gather(*(pipe.complete(p, _greedy(mode)) for p in prompts))
             for prompt, result in zip(prompts, results, strict=True):
