@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 
 log = logging.getLogger(__name__)
@@ -56,3 +56,35 @@ DARK = Colors(
 
 def colors() -> Colors:
     return DARK if is_dark() else LIGHT
+
+
+class ThemeWatcher(QObject):
+    """Emits ``changed(Colors)`` when the app switches between light and dark while it runs.
+
+    Two sources: Qt's colour scheme (``QStyleHints.colorSchemeChanged``) and the application
+    palette, which Qt replaces when the system theme changes on platforms that report no colour
+    scheme (and which code may set). ``window`` is watched for the palette change events Qt sends
+    every window; the application object itself is not filtered (that would see every event of
+    every widget)."""
+
+    changed = Signal(object)  # Colors
+
+    def __init__(self, window: QObject) -> None:
+        super().__init__(window)
+        self.colors = colors()
+        window.installEventFilter(self)
+        app = QGuiApplication.instance()
+        if isinstance(app, QGuiApplication):
+            app.styleHints().colorSchemeChanged.connect(self.check)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() in (QEvent.Type.ApplicationPaletteChange, QEvent.Type.PaletteChange):
+            self.check()
+        return False
+
+    def check(self) -> None:
+        """Emit ``changed`` if the colours differ from the last ones seen."""
+        current = colors()
+        if current != self.colors:
+            self.colors = current
+            self.changed.emit(current)

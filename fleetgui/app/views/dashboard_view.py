@@ -72,7 +72,15 @@ class DashboardView(QWidget):
                 plot.getAxis(axis).setPen(palette.foreground)
                 plot.getAxis(axis).setTextPen(palette.foreground)
         for chart in CHARTS:
-            self.plots[chart.key].setTitle(chart.title, color=palette.foreground)
+            plot = self.plots[chart.key]
+            plot.setTitle(chart.title, color=palette.foreground)
+            legend = plot.getPlotItem().legend
+            if legend is not None:
+                legend.setLabelTextColor(palette.foreground)
+            for index, curve in enumerate(plot.listDataItems()):
+                color = palette.series[index % len(palette.series)]
+                curve.setPen(pg.mkPen(color, width=2))
+                curve.setSymbolBrush(color)
 
     def _ask_png(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save charts", "charts.png", "PNG (*.png)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QCloseEvent, QGuiApplication
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from fleetgui import __version__
@@ -18,6 +18,7 @@ from fleetgui.app.core import AppCore
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
+from fleetgui.app.theme import ThemeWatcher
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.dashboard_view import DashboardView
 from fleetgui.app.views.deploy_view import DeploymentView
@@ -120,10 +121,9 @@ class MainWindow(QMainWindow):
         session.reply_delta.connect(chat.append_delta)
         session.busy_changed.connect(self._on_busy)
         session.reply_failed.connect(lambda _, message: self.messages.show_error(message))
-        # theme
-        app = QGuiApplication.instance()
-        if isinstance(app, QGuiApplication):
-            app.styleHints().colorSchemeChanged.connect(self._apply_theme)
+        # theme: light or dark, following the system while the window is open
+        self.theme = ThemeWatcher(self)
+        self.theme.changed.connect(self._apply_theme)
 
     def _show_initial_state(self) -> None:
         core = self.core
@@ -227,7 +227,7 @@ class MainWindow(QMainWindow):
         if conversation_id == self.current_conversation:
             self.select_conversation(conversation_id)
 
-    def _apply_theme(self) -> None:
+    def _apply_theme(self, _colors: object = None) -> None:
         self.dashboard.apply_theme()
         self.chat.refresh_transcript()
         self._refresh_fleet()
