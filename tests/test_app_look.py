@@ -1,6 +1,6 @@
 """The desktop app's look, offscreen, on the real window: light and dark schemes (also switched
-while the window is open). No model is deployed: the conversations are restored from the chat
-history, as when the app starts."""
+while the window is open), a reply's Copy. No model is deployed: the conversations are restored
+from the chat history, as when the app starts."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import (
     QColor,
+    QGuiApplication,
     QPalette,
+    QTextCursor,
     QTextFragment,
     QTextTable,
 )
@@ -39,6 +41,7 @@ CODE = (
     "    return hi if x > hi else x"
 )
 REPLY = f"Here is `clamp`:\n```python\n{CODE}\n```\nCall it as clamp(5, 0, 3)."
+SECOND_REPLY = "Second **reply**, in markdown:\n\n- one\n- two"
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,3 +171,53 @@ def test_switching_the_scheme_while_open_re_renders(
     qtbot.waitUntil(lambda: look(window) == expected_look(DARK), timeout=2000)
     system_scheme(False)
     qtbot.waitUntil(lambda: look(window) == expected_look(LIGHT), timeout=2000)
+
+
+# --------------------------------------------------------------------------------------------
+# Copy
+
+
+def click_link(qtbot: QtBot, window: MainWindow, href: str) -> None:
+    """Click the transcript's link to ``href`` with the mouse."""
+    transcript = window.chat.transcript
+    link = next(f for f in fragments(window) if f.charFormat().anchorHref() == href)
+    cursor = QTextCursor(transcript.document())
+    cursor.setPosition(link.position() + link.length() // 2)
+    transcript.setTextCursor(cursor)
+    transcript.ensureCursorVisible()
+    rect = transcript.cursorRect(cursor)
+    qtbot.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
+    transcript.setTextCursor(QTextCursor(transcript.document()))  # no selection left behind
+
+
+def test_each_replys_copy_link_copies_exactly_its_markdown(qtbot: QtBot, tmp_path: Path) -> None:
+    window = open_window(qtbot, tmp_path, (USER, "Show me"), (ASSISTANT, REPLY),
+                         (USER, "And?"), (ASSISTANT, SECOND_REPLY))  # fmt: skip
+    clipboard = QGuiApplication.clipboard()
+    links = [f.charFormat().anchorHref() for f in fragments(window) if f.charFormat().isAnchor()]
+    assert links == ["copy:1", "copy:3"], "one Copy link per reply, none for the user's messages"
+    clipboard.setText("before")
+    click_link(qtbot, window, "copy:1")
+    assert clipboard.text() == REPLY  # the markdown source: fences, backticks, indentation
+    click_link(qtbot, window, "copy:3")
+    assert clipboard.text() == SECOND_REPLY
+    assert window.chat.transcript.toPlainText().count("Assistant") == 2, "the link opened nothing"
+
+
+def test_copy_button_copies_the_last_reply_or_the_selection(qtbot: QtBot, tmp_path: Path) -> None:
+    window = open_window(qtbot, tmp_path, (USER, "Show me"), (ASSISTANT, SECOND_REPLY),
+                         (USER, "Code?"), (ASSISTANT, REPLY))  # fmt: skip
+    clipboard = QGuiApplication.clipboard()
+    clipboard.setText("before")
+    qtbot.mouseClick(window.chat.copy_button, Qt.MouseButton.LeftButton)
+    assert clipboard.text() == REPLY
+    # select the code block as a user would, and copy it: plain lines, not paragraph separators
+    transcript = window.chat.transcript
+    start = fragment(window, "def clamp").position()
+    last = fragment(window, "    return hi")
+    cursor = QTextCursor(transcript.document())
+    cursor.setPosition(start)
+    cursor.setPosition(last.position() + last.length(), QTextCursor.MoveMode.KeepAnchor)
+    transcript.setTextCursor(cursor)
+    qtbot.mouseClick(window.chat.copy_button, Qt.MouseButton.LeftButton)
+    assert clipboard.text() == CODE

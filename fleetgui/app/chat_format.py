@@ -1,6 +1,7 @@
 """Chat messages as HTML for a rich-text view: text paragraphs, inline ``code`` and fenced code
 blocks in a monospace box (an unclosed fence, as in a reply still streaming, is a code block to
-the end). Pure functions; colours come from :mod:`fleetgui.app.theme`."""
+the end); each finished reply has a Copy link (``copy:<message index>``). Pure functions; colours
+come from :mod:`fleetgui.app.theme`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ from fleetgui.app.theme import MONOSPACE, Colors
 
 _FENCE = re.compile(r"^\s*```")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
+COPY_SCHEME = "copy"
+
+
+def copy_link(index: int) -> str:
+    """The href of the Copy link of message ``index``."""
+    return f"{COPY_SCHEME}:{index}"
+
+
+def copied_message(href: str) -> int | None:
+    """The message index a Copy link names (``"copy:3"`` -> 3); None for any other link."""
+    scheme, _, index = href.partition(":")
+    return int(index) if scheme == COPY_SCHEME and index.isdigit() else None
 
 
 def split_blocks(text: str) -> list[tuple[str, str]]:
@@ -79,13 +92,19 @@ def message_footer(message: Message) -> str:
     return text
 
 
-def render_message(message: Message, colors: Colors, streaming: bool = False) -> str:
+def render_message(
+    message: Message, colors: Colors, streaming: bool = False, index: int | None = None
+) -> str:
+    """One message; a finished reply at ``index`` in its conversation gets a Copy link."""
     who = "Assistant" if message.role == ASSISTANT else "You"
     color = colors.foreground if message.role == ASSISTANT else colors.user
     body = render_text(message.text, colors) or (
         f'<p style="color: {colors.muted};">…</p>' if streaming else ""
     )
-    footer = "writing…" if streaming else message_footer(message)
+    footer = html.escape("writing…" if streaming else message_footer(message))
+    if index is not None and message.role == ASSISTANT and not streaming:
+        link = f'<a href="{copy_link(index)}" style="color: {colors.user};">Copy</a>'
+        footer = f"{footer} · {link}" if footer else link
     footer_html = f'<p style="color: {colors.muted}; margin: 0;"><small>{footer}</small></p>'
     return (
         f'<div style="margin-bottom: 10px;"><p style="color: {color}; margin: 0;"><b>{who}</b>'
@@ -96,7 +115,7 @@ def render_message(message: Message, colors: Colors, streaming: bool = False) ->
 def render_conversation(
     messages: list[Message], colors: Colors, reply_in_progress: str | None = None
 ) -> str:
-    parts = [render_message(m, colors) for m in messages]
+    parts = [render_message(m, colors, index=i) for i, m in enumerate(messages)]
     if reply_in_progress is not None:
         parts.append(render_message(Message(ASSISTANT, reply_in_progress), colors, True))
     return f'<body style="color: {colors.foreground};">{"".join(parts)}</body>'

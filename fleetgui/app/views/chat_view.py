@@ -1,11 +1,12 @@
 """Chat: conversation list, the conversation with its reply streaming in, sampling settings,
-send (Ctrl+Enter), stop (Esc), regenerate, copy."""
+send (Ctrl+Enter), stop (Esc), regenerate, copy (each reply's Copy link; the button copies the
+selection, else the last reply)."""
 
 from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -22,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.chat_format import render_conversation
+from fleetgui.app.chat_format import copied_message, render_conversation
 from fleetgui.app.conversation import ASSISTANT, Conversation, SamplingSettings
 from fleetgui.app.theme import colors
 
@@ -61,7 +62,8 @@ class ChatView(QWidget):
         left_layout.addWidget(self.list, 1)
         left_layout.addLayout(list_buttons)
         self.transcript = QTextBrowser()
-        self.transcript.setOpenExternalLinks(False)
+        self.transcript.setOpenLinks(False)  # links are actions (Copy), not pages to open
+        self.transcript.anchorClicked.connect(self._on_link)
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -169,13 +171,22 @@ class ChatView(QWidget):
             self.regenerate_requested.emit(self.current_id)
 
     def copy_reply(self) -> None:
-        """Copy the selected text, or else the last reply, to the clipboard."""
-        text = self.transcript.textCursor().selectedText()
+        """Copy the selected text, or else the last reply (its markdown), to the clipboard."""
+        cursor = self.transcript.textCursor()
+        # the selection's plain text: selectedText() would have U+2029 where lines break
+        text = cursor.selection().toPlainText() if cursor.hasSelection() else ""
         if not text and self.conversation is not None:
             replies = [m.text for m in self.conversation.messages if m.role == ASSISTANT]
             text = self.reply if self.reply else (replies[-1] if replies else "")
         if text:
             QGuiApplication.clipboard().setText(text)
+
+    def _on_link(self, url: QUrl) -> None:
+        """A reply's Copy link: copy that reply's text (its markdown, not the rendered HTML)."""
+        index = copied_message(url.toString())
+        messages = self.conversation.messages if self.conversation is not None else []
+        if index is not None and index < len(messages) and messages[index].role == ASSISTANT:
+            QGuiApplication.clipboard().setText(messages[index].text)
 
     def _sampling_changed(self) -> None:
         if self._updating or self.current_id is None:
