@@ -1,9 +1,13 @@
 """The desktop app's look, offscreen, on the real window: light and dark schemes (also switched
-while the window is open), a reply's Copy. No model is deployed: the conversations are restored
-from the chat history, as when the app starts."""
+while the window is open), high-DPI screenshots, a reply's Copy, code blocks rendered readably
+and text that looks like HTML shown as written. No model is deployed: the conversations are
+restored from the chat history, as when the app starts."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,10 +16,13 @@ import pytest
 
 pytest.importorskip("PySide6")
 
+import numpy as np
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import (
     QColor,
+    QFontInfo,
     QGuiApplication,
+    QImage,
     QPalette,
     QTextCursor,
     QTextFragment,
@@ -28,7 +35,7 @@ from fleetgui.app.conversation import ASSISTANT, USER, Conversation, Message
 from fleetgui.app.core import build_core
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.metrics_series import STAGE_MS, SeriesStore
-from fleetgui.app.theme import DARK, LIGHT, Colors
+from fleetgui.app.theme import DARK, LIGHT, MONOSPACE, Colors
 from fleetgui.app.views.main_window import MainWindow
 
 QtBot = Any  # pytest-qt's fixture
@@ -41,6 +48,7 @@ CODE = (
     "    return hi if x > hi else x"
 )
 REPLY = f"Here is `clamp`:\n```python\n{CODE}\n```\nCall it as clamp(5, 0, 3)."
+HTML_LOOKALIKE = "Type <script>alert('x')</script> and <b>bold</b> & see them as written."
 SECOND_REPLY = "Second **reply**, in markdown:\n\n- one\n- two"
 
 
@@ -174,6 +182,64 @@ def test_switching_the_scheme_while_open_re_renders(
 
 
 # --------------------------------------------------------------------------------------------
+# High DPI
+
+
+def _gray(image: QImage) -> np.ndarray:
+    image = image.convertToFormat(QImage.Format.Format_Grayscale8)
+    rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), -1)
+    return rows[:, : image.width()].astype(np.int16)
+
+
+def _sharp_steps(image: QImage) -> int:
+    """Neighbouring pixels that differ a lot: crisp edges (text, borders). Smoothly upscaling
+    an image spreads each edge over two pixels and halves its steps."""
+    gray = _gray(image)
+    return int((abs(np.diff(gray, axis=0)) >= 96).sum() + (abs(np.diff(gray, axis=1)) >= 96).sum())
+
+
+def _pixel_doubled(image: QImage) -> bool:
+    """Whether every 2x2 block is one colour: a 1x image blown up pixel by pixel."""
+    gray = _gray(image)
+    h, w = gray.shape[0] // 2 * 2, gray.shape[1] // 2 * 2
+    blocks = gray[:h, :w].reshape(h // 2, 2, w // 2, 2)
+    return bool((blocks == blocks[:, :1, :, :1]).all())
+
+
+def test_screenshots_are_rendered_at_the_screens_pixel_ratio(tmp_path: Path) -> None:
+    """``fleetgui gui --screenshot`` (no model: the quickest run) at scale 1 and 2: at 2 every
+    view has twice the pixels each way, with edges as crisp as at 1 (drawn at 2x, not blown up
+    from a 1x grab)."""
+    runs = {}
+    for factor in (1, 2):
+        env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "QT_SCALE_FACTOR": str(factor),
+               "FLEETGUI_HOME": str(tmp_path / f"home{factor}")}  # fmt: skip
+        out = tmp_path / f"x{factor}"
+        runs[factor] = subprocess.Popen(
+            [sys.executable, "-m", "fleetgui", "gui", "--screenshot", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    for factor, run in runs.items():
+        _, stderr = run.communicate(timeout=120)
+        assert run.returncode == 0, f"scale {factor}: {stderr[-2000:]}"
+
+    def shot(factor: int, name: str) -> QImage:
+        image = QImage(str(tmp_path / f"x{factor}" / f"{name}.png"))
+        assert not image.isNull(), (factor, name)
+        return image
+
+    for name in ("fleet", "deployment", "dashboard", "chat"):
+        one, two = shot(1, name), shot(2, name)
+        assert (two.width(), two.height()) == (2 * one.width(), 2 * one.height()), name
+    one, two = shot(1, "fleet"), shot(2, "fleet")
+    assert not _pixel_doubled(two)
+    blurred = one.scaled(two.size(), Qt.AspectRatioMode.IgnoreAspectRatio,
+                         Qt.TransformationMode.SmoothTransformation)  # fmt: skip
+    assert _sharp_steps(blurred) < 1.2 * _sharp_steps(one), "the blur check would not see blur"
+    assert _sharp_steps(two) > 1.6 * _sharp_steps(one), "the 2x screenshot looks upscaled"
+
+
+# --------------------------------------------------------------------------------------------
 # Copy
 
 
@@ -221,3 +287,43 @@ def test_copy_button_copies_the_last_reply_or_the_selection(qtbot: QtBot, tmp_pa
     transcript.setTextCursor(cursor)
     qtbot.mouseClick(window.chat.copy_button, Qt.MouseButton.LeftButton)
     assert clipboard.text() == CODE
+
+
+# --------------------------------------------------------------------------------------------
+# Code blocks and text that looks like HTML
+
+
+def _is_fixed_pitch(f: QTextFragment) -> bool:
+    return QFontInfo(f.charFormat().font()).fixedPitch()
+
+
+def test_a_code_block_keeps_its_indentation_characters_and_monospace(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    window = open_window(qtbot, tmp_path, (USER, "Show me"), (ASSISTANT, REPLY))
+    text = window.chat.transcript.toPlainText()
+    assert CODE in text  # every line, its indentation, and <, >, & as written
+    assert "&lt;" not in text and "&amp;" not in text and "```" not in text
+    lines = CODE.split("\n")
+    code = [f for f in fragments(window) if f.text() in lines]
+    assert [f.text() for f in code] == lines, "one line per block, nothing merged or lost"
+    monospace = [name.strip(" '") for name in MONOSPACE.split(",")]
+    for f in code:
+        assert f.charFormat().fontFamilies() == monospace, f.text()
+        assert _is_fixed_pitch(f), f"{f.text()!r} is not drawn in a fixed-pitch font"
+    prose = fragment(window, "Call it as")
+    assert not _is_fixed_pitch(prose)
+    assert all(f.position() >= code_table(window).firstPosition() for f in code)
+    assert prose.position() > code_table(window).lastPosition(), "the prose is outside the box"
+
+
+def test_html_in_a_message_is_shown_as_written_not_interpreted(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    window = open_window(qtbot, tmp_path, (USER, HTML_LOOKALIKE), (ASSISTANT, HTML_LOOKALIKE))
+    text = window.chat.transcript.toPlainText()
+    assert text.count(HTML_LOOKALIKE) == 2  # the user's message and the reply, verbatim
+    assert "&lt;" not in text
+    for f in fragments(window):
+        if "<b>bold</b>" in f.text():
+            assert f.charFormat().fontWeight() < 600, "the <b> tag was interpreted"
