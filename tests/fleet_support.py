@@ -144,3 +144,34 @@ def running_workers(
     finally:
         for worker in workers:
             worker.stop()
+
+
+class StopStartThrottle:
+    """Slows a process down from outside, as a CPU quota would (cgroup ``cpu.max`` needs root):
+    a thread stops it (SIGSTOP) for ``stopped_ms`` out of every ``stopped_ms + running_ms``.
+    Use as a context manager; the process is left running on exit."""
+
+    def __init__(self, pid: int, *, stopped_ms: float = 3.0, running_ms: float = 1.0) -> None:
+        import threading
+
+        self.pid = pid
+        self.stopped_s = stopped_ms / 1000
+        self.running_s = running_ms / 1000
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="throttle", daemon=True)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            os.kill(self.pid, signal.SIGSTOP)
+            time.sleep(self.stopped_s)
+            os.kill(self.pid, signal.SIGCONT)
+            time.sleep(self.running_s)
+
+    def __enter__(self) -> StopStartThrottle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(5)
+        os.kill(self.pid, signal.SIGCONT)

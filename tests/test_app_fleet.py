@@ -274,6 +274,12 @@ def assert_deployed_as_previewed(app: App, export_dir: Path, preview: Plan) -> N
     deployed = rows_of(session.assignment, export_stages(export_dir), here)
     assert deployed == plan_rows(preview)
     assert set(session.assignment.spares) == {x.device for x in preview.left_out}
+    # ... and keeps re-planning from what the preview was made of (this PC first, ring order).
+    assert session.replanner is not None
+    context = session.replanner.context
+    assert [d.name for d in context.devices][: len(preview.devices)] == list(preview.devices)
+    assert context.stages == tuple(export_stages(export_dir))
+    assert context.config.objective == preview.objective
     table = app.window.deploy_view.plan_table
     shown = [
         f"{table.item(r, 1).text()} {table.item(r, 2).text().split()[0]}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgui.errors import FleetguiError
-from fleetgui.planner import DeviceProfile, Plan
+from fleetgui.planner import DeviceProfile, Plan, PlanConfig
 from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,8 @@ class DeployRequest:
     export_dir: Path  # a fleetgui export (manifest.json)
     draft_dir: Path | None = None  # a one-stage draft export for PP+SD, run on the coordinator
     plan: Plan | None = None  # which device runs which layers; None: everything on this PC
+    devices: tuple[DeviceProfile, ...] = ()  # what ``plan`` was made from (for re-planning)
+    plan_config: PlanConfig | None = None
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,7 @@ class DeploymentController(QObject):
         self.model_dir: Path | None = None
         self.kind: ModelKind | None = None
         self.plan: Plan | None = None
+        self._plan_request: PreviewRequest | None = None  # what ``plan`` was made from
         self.export_weights = "int4"
         self.export_stages = 2
         self.objective = "latency"
@@ -232,6 +233,7 @@ class DeploymentController(QObject):
         )
         loop = asyncio.get_running_loop()
         self.plan = await loop.run_in_executor(None, preview_plan, request)
+        self._plan_request = request
         self.plan_ready.emit(self.plan)
 
     async def _deploy_job(self, mode: ModeSettings) -> None:
@@ -250,7 +252,14 @@ class DeploymentController(QObject):
         # stages are planned now, on the PCs usable now, and the view shows that plan.
         if self.plan is None or not self._plan_holds(self.plan, mode):
             await self._plan_job(mode, previous)
-        request = DeployRequest(self.model_dir, mode.draft_dir, self.plan)
+        planned_from = self._plan_request if self.plan is not None else None
+        request = DeployRequest(
+            self.model_dir,
+            mode.draft_dir,
+            self.plan,
+            devices=planned_from.devices if planned_from is not None else (),
+            plan_config=planned_from.config if planned_from is not None else None,
+        )
         pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
         description = f"{self.model_dir.name} on {self.deployer.name}"
         if request.draft_dir is not None:

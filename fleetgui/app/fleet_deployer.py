@@ -6,7 +6,9 @@ a plan that uses this PC alone deploys here (:class:`~fleetgui.app.local_deploye
 without a plan, stage 0 runs on this PC and the other stages are spread over the usable workers
 (or all run here when none is usable). The session pushes each worker's shards (a progress bar
 per worker), loads them and links the ring; its events (loading, running, lost, rejoined) go to
-the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetController`.
+the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetController`. A deployment
+made from a plan keeps re-planning while it runs (:meth:`FleetSession.replan_with`): a worker
+whose measured speed drifts, or the failover after a lost one, can move stages.
 
 A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
 to unload and the session is closed. A new deployment first ends the previous one (workers host
@@ -25,11 +27,12 @@ from fleetgui.app.deployer import Deployer, DeployProgress, DeployRequest, Progr
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
-from fleetgui.app.plan_preview import plan_assignment
+from fleetgui.app.plan_preview import export_stages, in_plan_order, plan_assignment
 from fleetgui.fleet import deploy as fleet_deploy
 from fleetgui.fleet.assignment import Assignment
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
-from fleetgui.planner import Plan
+from fleetgui.fleet.replanner import PlanContext
+from fleetgui.planner import Plan, load_model_profile
 from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.pipeline import Pipeline
 
@@ -57,6 +60,18 @@ def app_progress(step: fleet_deploy.DeployProgress) -> DeployProgress:
         return DeployProgress(step.worker, "files already there", 0, 100)
     what = f"sending {Path(step.file).name}" if step.file else "files sent"
     return DeployProgress(step.worker, what, step.sent, step.total)
+
+
+def plan_context(request: DeployRequest) -> PlanContext:
+    """What ``request``'s plan was made from, for re-planning while the fleet runs (reads the
+    export's manifest)."""
+    assert request.plan is not None and request.plan_config is not None
+    return PlanContext(
+        tuple(in_plan_order(request.devices, request.plan)),
+        load_model_profile(request.export_dir, streams=request.plan.streams),
+        tuple(export_stages(request.export_dir)),
+        request.plan_config,
+    )
 
 
 class FleetDeployer(Deployer):
@@ -121,6 +136,8 @@ class FleetDeployer(Deployer):
             progress=lambda step: progress(app_progress(step)),
         )
         pipeline = await session.open_pipeline(draft_dir=request.draft_dir)
+        if request.plan is not None and request.devices and request.plan_config is not None:
+            session.replan_with(await asyncio.to_thread(plan_context, request))
         progress(DeployProgress(here, "ready", 1, 1))
         assignment = session.assignment
         if assignment is not None:

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import read_manifest
-from fleetgui.fleet.assignment import Assignment, Member
+from fleetgui.fleet.assignment import Assignment, assignment_from_plan
 from fleetgui.planner import (
     DeviceProfile,
     Plan,
@@ -24,7 +23,6 @@ from fleetgui.planner import (
     load_model_profile,
     plan_fixed_stages,
     solve,
-    stage_groups,
 )
 from fleetgui.planner.fixed_stages import StageRange
 
@@ -76,25 +74,9 @@ def preview_plan(request: PreviewRequest) -> Plan:
 def plan_assignment(
     plan: Plan, export_dir: Path, usable: Sequence[str], *, coordinator: str
 ) -> Assignment:
-    """The fleet assignment that deploys ``plan`` on ``export_dir``: the ``coordinator`` (the
-    plan's first device) runs the first group of stages, each further device its group, in ring
-    order; the other ``usable`` workers are spares. Raises ``FleetguiError`` when the plan does
-    not fit the export's stages or names a PC that cannot be used now."""
-    groups = stage_groups(plan, export_stages(export_dir))
-    (first, local), rest = groups[0], groups[1:]
-    if first != coordinator:
-        raise FleetguiError(
-            f"the plan starts on {first}, not on this PC ({coordinator}): preview the plan again"
-        )
-    missing = [name for name, _ in rest if name not in usable]
-    if missing:
-        raise FleetguiError(
-            f"the plan puts stages on {', '.join(missing)}, which cannot be used now: "
-            "preview the plan again"
-        )
-    members = tuple(Member(name, indices) for name, indices in rest)
-    used = {m.name for m in members}
-    return Assignment(local, members, tuple(n for n in usable if n not in used))
+    """:func:`~fleetgui.fleet.assignment.assignment_from_plan` for the export in
+    ``export_dir``."""
+    return assignment_from_plan(plan, export_stages(export_dir), usable, coordinator=coordinator)
 
 
 def rows_of(assignment: Assignment, stages: Sequence[StageRange], here: str) -> list[str]:

@@ -5,6 +5,7 @@ ring visits workers in order. The coordinator runs the first stage(s).
 
 * :func:`initial_assignment` spreads the remote stages over the workers in the order given
   (``--workers A,B``), balancing layers; workers beyond the number of stages are spares.
+* :func:`assignment_from_plan` deploys a planner's plan over the export's fixed stages.
 * :func:`failover_assignment` moves a lost worker's stages with as little reloading as
   possible: to a spare that has the memory, else to a neighbour that has it, else to the
   coordinator; if nobody has the memory it says which layers have nowhere to go and how much
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetgui.errors import FleetguiError
+from fleetgui.planner.fixed_stages import StageRange, stage_groups
+from fleetgui.planner.plan import Plan
 
 MEMORY_OVERHEAD = 1.25  # compiled stage + KV + activations, relative to its weight files
 GB = 1e9
@@ -171,3 +174,27 @@ def failover_assignment(
         f"({(need - best_free) / GB:.2f} GB missing). Add a PC, or export with smaller weights "
         "(--weights int4)."
     )
+
+
+def assignment_from_plan(
+    plan: Plan, stages: Sequence[StageRange], usable: Sequence[str], *, coordinator: str
+) -> Assignment:
+    """The assignment that deploys ``plan`` on an export with ``stages``: the ``coordinator``
+    (the plan's first device) runs the first group of stages, each further device its group, in
+    ring order; the other ``usable`` workers are spares. Raises ``FleetguiError`` when the plan
+    does not fit the export's stages or names a PC that cannot be used now."""
+    groups = stage_groups(plan, stages)
+    (first, local), rest = groups[0], groups[1:]
+    if first != coordinator:
+        raise FleetguiError(
+            f"the plan starts on {first}, not on this PC ({coordinator}): preview the plan again"
+        )
+    missing = [name for name, _ in rest if name not in usable]
+    if missing:
+        raise FleetguiError(
+            f"the plan puts stages on {', '.join(missing)}, which cannot be used now: "
+            "preview the plan again"
+        )
+    members = tuple(Member(name, indices) for name, indices in rest)
+    used = {m.name for m in members}
+    return Assignment(local, members, tuple(n for n in usable if n not in used))

@@ -5,6 +5,11 @@
 a ring member is lost, :meth:`FleetSession.recover` (called by the route) moves its stages (see
 :mod:`assignment`), deploys and loads what changed, and sets up a new ring epoch; lost workers are
 retried in the background and rejoin as spares when they answer again.
+
+With :meth:`FleetSession.replan_with` (a deployment made from a plan) the session also re-plans
+while it runs: when a device's measured stage speed drifts, or after a failover, it asks a
+:class:`~fleetgui.fleet.replanner.LiveReplanner` for a better placement and moves the stages
+(:meth:`FleetSession.rebalance`) between requests.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import openvino as ov
 import psutil
@@ -33,14 +39,16 @@ from fleetgui.fleet.deploy import ProgressCallback, load_stages
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink, WorkerLostError
 from fleetgui.fleet.protocol import Message, Op
+from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig
 from fleetgui.fleet.ring_route import Ring, RingRoute, RouteConfig
+from fleetgui.planner.replan import SpeedDrift
 from fleetgui.runtime.loader import (
     LocalPipelineConfig,
     context_limit_of,
     load_draft,
     safe_stage_config,
 )
-from fleetgui.runtime.metrics import MetricsBus, TransferTiming
+from fleetgui.runtime.metrics import MetricEvent, MetricsBus, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
@@ -115,6 +123,10 @@ class FleetSession:
         self._epoch = time.time_ns() // 1_000_000 % 2**40  # distinct from earlier sessions'
         self._rejoin: dict[str, asyncio.Task[None]] = {}
         self.failovers: list[str] = []
+        self.replanner: LiveReplanner | None = None
+        self._replanning: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self.rebalances = 0
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -262,6 +274,8 @@ class FleetSession:
         self.ring = await self._setup_ring(assignment)
         if self.route is not None:
             self.route.ring = self.ring
+        if self.replanner is not None:
+            self.replanner.deployed(assignment)
 
     async def _load_member(
         self, member: Member, previous: Assignment | None, progress: ProgressCallback | None
@@ -365,7 +379,102 @@ class FleetSession:
         await self._apply(assignment, None)
         if self.ring is None:
             raise FleetguiError("the ring could not be rebuilt")
+        if self.replanner is not None and lost:
+            self._start_replan(self._replan_after_loss(lost))
         return self.ring
+
+    # -- re-planning --------------------------------------------------------------------------
+
+    def replan_with(self, context: PlanContext, config: ReplanConfig | None = None) -> None:
+        """Re-plan during use (see module doc) from what the deployed plan was made of."""
+        self.replanner = LiveReplanner(context, config)
+        if self.assignment is not None:
+            self.replanner.deployed(self.assignment)
+        if self._unsubscribe is None:
+            self._unsubscribe = self.metrics.subscribe(self._on_metric)
+
+    def _usable(self) -> list[str]:
+        return [name for name in self.order if name in self.links and not self.links[name].lost]
+
+    def _on_metric(self, event: MetricEvent) -> None:
+        if self.replanner is None or not isinstance(event, StageTiming):
+            return
+        drift = self.replanner.observe(event.stage, event.positions, event.compute_ms)
+        if drift is not None:
+            self._start_replan(self._replan_after_drift(drift))
+
+    def _start_replan(self, work: Coroutine[Any, Any, None]) -> None:
+        if self._replanning is not None and not self._replanning.done():
+            work.close()  # one re-plan at a time; the monitor will speak again if needed
+            return
+        self._replanning = asyncio.get_running_loop().create_task(work)
+
+    async def _replan_after_drift(self, drift: SpeedDrift) -> None:
+        if self.replanner is None or self.assignment is None:
+            return
+        try:
+            better = self.replanner.on_drift(drift, self.assignment, self._usable())
+        except FleetguiError as exc:
+            log.warning("re-planning after %s changed speed failed: %s", drift.device, exc)
+            return
+        if better is not None:
+            await self._rebalance_logged(better, f"{drift.device} changed speed")
+
+    async def _replan_after_loss(self, lost: Sequence[str]) -> None:
+        if self.replanner is None:
+            return
+        better = None
+        for name in lost:
+            if self.assignment is None:
+                return
+            try:
+                better = self.replanner.on_lost(name, self.assignment, self._usable()) or better
+            except FleetguiError as exc:
+                log.warning("re-planning after losing %s failed: %s", name, exc)
+                return
+        if better is not None:
+            await self._rebalance_logged(better, f"{', '.join(lost)} lost")
+
+    async def _rebalance_logged(self, assignment: Assignment, why: str) -> None:
+        try:
+            await self.rebalance(assignment)
+        except (FleetguiError, OSError) as exc:
+            log.warning("re-planned layout after %s not applied: %s", why, exc)
+            return
+        log.warning(
+            "re-planned after %s: coordinator stages %s, then %s",
+            why,
+            list(assignment.local),
+            ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members) or "nothing",
+        )
+
+    async def rebalance(self, assignment: Assignment) -> None:
+        """Move to ``assignment`` between requests: load what changed, set up a new ring
+        epoch (streams replay their tokens into it) and free the workers that left the ring."""
+        if self.assignment is None:
+            raise FleetguiError("nothing deployed")
+        self._check(assignment, len(self.manifest.stages) if self.manifest else 0)
+        before = {m.name for m in self.assignment.members}
+
+        async def build() -> Ring:
+            await self._apply(assignment, None)
+            assert self.ring is not None
+            return self.ring
+
+        if self.route is not None:
+            await self.route.switch(build)
+        else:
+            await build()
+        self.rebalances += 1
+        for name in before - {m.name for m in assignment.members}:
+            link = self.links.get(name)
+            if link is None or link.lost:
+                continue
+            try:
+                await link.call(Message(Op.UNLOAD))
+            except FleetguiError as exc:
+                log.warning("worker %s did not unload: %s", name, exc)
+            self._event(name, "online", "spare after re-planning")
 
     # -- the pipeline -------------------------------------------------------------------------
 
@@ -421,6 +530,11 @@ class FleetSession:
         this session loaded (else they keep them, and a later deployment reuses them)."""
         for task in list(self._rejoin.values()):
             task.cancel()
+        if self._replanning is not None:
+            self._replanning.cancel()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if unload:
             for link in self.links.values():
                 if link.lost:

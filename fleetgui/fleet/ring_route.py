@@ -14,10 +14,11 @@ gives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -93,6 +94,12 @@ class RingRoute(Route):
         self._records: dict[int, _StreamRecord] = {}
         self._recovering = asyncio.Lock()
         self.recoveries = 0
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._admitting = asyncio.Event()
+        self._admitting.set()
+        self._switching = asyncio.Lock()
 
     @property
     def n_stages(self) -> int:
@@ -100,7 +107,35 @@ class RingRoute(Route):
 
     # -- running ------------------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        while not self._admitting.is_set():
+            await self._admitting.wait()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def switch(self, build: Callable[[], Awaitable[Ring]]) -> Ring:
+        """Move to the ring ``build`` sets up, once no request is in flight (see module doc)."""
+        async with self._switching:
+            self._admitting.clear()
+            try:
+                await self._idle.wait()
+                self.ring = await build()
+            finally:
+                self._admitting.set()
+        return self.ring
+
     async def run(self, request: ForwardRequest) -> ForwardResult:
+        async with self._admitted():
+            return await self._run(request)
+
+    async def _run(self, request: ForwardRequest) -> ForwardResult:
         record = self._records.setdefault(request.stream_id, _StreamRecord(epoch=self.ring.epoch))
         for attempt in range(self.config.max_recoveries + 1):
             ring = self.ring

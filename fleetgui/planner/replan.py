@@ -10,7 +10,7 @@ costs (its score beats the current layout, re-scored with the new profiles, by `
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fleetgui.errors import FleetguiError
@@ -46,6 +46,10 @@ class SpeedDrift:
 
 
 Event = DeviceLost | SpeedDrift
+Solver = Callable[[Sequence[DeviceProfile], ModelProfile, PlanConfig], Plan]
+"""Makes a plan: :func:`~fleetgui.planner.solver.solve` (free layer ranges), or a deployed
+export's fixed stages (``functools.partial`` over
+:func:`~fleetgui.planner.fixed_stages.plan_fixed_stages`)."""
 
 
 def updated_devices(devices: Sequence[DeviceProfile], event: Event) -> list[DeviceProfile]:
@@ -78,6 +82,7 @@ def replan(
     config: PlanConfig | None = None,
     drift_threshold: float = DEFAULT_DRIFT,
     min_gain: float = DEFAULT_MIN_GAIN,
+    solver: Solver = solve,
 ) -> Plan | None:
     """A new plan after ``event``, or None to keep ``plan``.
 
@@ -97,7 +102,7 @@ def replan(
         if plan.shard_of(event.device) is None:
             log.info("lost %s, which the plan does not use: keeping the plan", event.device)
             return None
-        new = solve(remaining, model, config)
+        new = solver(remaining, model, config)
         log.info("lost %s: re-planned onto %s", event.device, ", ".join(new.devices))
         return new
 
@@ -112,24 +117,38 @@ def replan(
             100 * drift_threshold,
         )
         return None
-    new = solve(updated, model, config)
-    current = rescore(plan, updated, model, config)
-    if new.same_layout(plan) or new.score > current.score * (1 - min_gain):
-        log.info(
-            "%s drifted %.0f%% (%.2f -> %.2f ms/layer): keeping the plan (%.2f vs %.2f)",
-            old.name,
-            100 * change,
-            old.ms_per_layer,
-            event.ms_per_layer,
-            current.score,
-            new.score,
-        )
-        return None
     log.info(
-        "%s drifted %.0f%%: re-planned, score %.2f -> %.2f",
+        "%s drifted %.0f%% (%.2f -> %.2f ms/layer)",
         old.name,
         100 * change,
-        current.score,
-        new.score,
+        old.ms_per_layer,
+        event.ms_per_layer,
     )
+    return improve(plan, updated, model, config=config, min_gain=min_gain, solver=solver)
+
+
+def improve(
+    plan: Plan,
+    devices: Sequence[DeviceProfile],
+    model: ModelProfile,
+    *,
+    config: PlanConfig | None = None,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    solver: Solver = solve,
+) -> Plan | None:
+    """A better plan than ``plan`` on ``devices`` (profiles as measured now), or None when the
+    best one is the same layout or not at least ``min_gain`` better than ``plan`` re-scored
+    with ``devices`` (a reload costs seconds; a marginal gain is not worth it)."""
+    config = config or PlanConfig(objective=plan.objective)
+    new = solver(devices, model, config)
+    current = rescore(plan, devices, model, config)
+    if new.same_layout(plan) or new.score > current.score * (1 - min_gain):
+        log.info(
+            "keeping the plan: %.2f now vs %.2f for the best other layout (%s)",
+            current.score,
+            new.score,
+            ", ".join(f"{s.device} {s.shard.start_layer}:{s.shard.end_layer}" for s in new.stages),
+        )
+        return None
+    log.info("re-planned: score %.2f -> %.2f", current.score, new.score)
     return new
