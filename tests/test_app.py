@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,28 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     qtbot.waitUntil(lambda: all(not stage._streams for stage in stages))  # released
 
 
+def test_settings_live_in_the_platform_config_folder_and_survive_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetgui.app.settings import Settings
+    from fleetgui.paths import config_dir
+
+    monkeypatch.setenv("FLEETGUI_HOME", str(tmp_path))
+    settings = Settings()
+    assert settings.path == config_dir() / "settings.json"
+    assert settings.path.is_relative_to(tmp_path)
+    settings.set_mode(replace(settings.values.mode_settings(), mode=Mode.PP_SD, k=5))
+    restarted = Settings()
+    assert restarted.values.mode_settings().mode is Mode.PP_SD
+    assert restarted.values.k == 5
+    settings.path.write_text("{not json")
+    assert Settings().values == type(settings.values)()  # a damaged file: defaults, no crash
+    monkeypatch.delenv("FLEETGUI_HOME")
+    import platformdirs
+
+    assert config_dir() == Path(platformdirs.user_config_dir("fleetgui", False))
+
+
 def test_history_is_restored_by_a_new_store(app: Any) -> None:
     core, _, folder = app
     restored = ChatSession(core.inference, HistoryStore(folder / "chats"))
@@ -280,6 +303,59 @@ def test_switch_mode_and_k_and_the_charts_follow(
     assert rows[0] == "chart,series,unit,t_s,value" and len(rows) == store.total_points() + 1
     assert window.dashboard.save_png(tmp_path / "charts.png")
     assert (tmp_path / "charts.png").stat().st_size > 1000
+
+
+def test_two_conversations_reply_at_once_each_with_its_own_sampling(qtbot: QtBot, app: Any) -> None:
+    """In PP+SD+MB with 2 streams a greedy chat and a sampled one (temperature 0.9, top-p 0.95,
+    seed 7) generate at the same time; the greedy one gives the greedy reply, the sampled one the
+    same text again when regenerated with its seed, and not the greedy text."""
+    core, window, _ = app
+    window.mode_panel.buttons[Mode.PP_SD_MB].setChecked(True)
+    window.mode_panel.streams.setValue(2)
+    assert core.inference.mode.concurrency == 2
+    session, inference = core.session, core.inference
+    greedy = session.new_conversation(SamplingSettings(max_new_tokens=24))
+    sampled = session.new_conversation(
+        SamplingSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=24)
+    )
+    reference = session.new_conversation(SamplingSettings(max_new_tokens=24))
+    with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS):
+        session.send(reference, "Once upon a time")
+    active: set[int] = set()
+    most = 0
+
+    def started(request: int) -> None:
+        nonlocal most
+        active.add(request)
+        most = max(most, len(active))
+
+    def ended(request: int, *_: object) -> None:
+        active.discard(request)
+
+    inference.started.connect(started)
+    inference.finished.connect(ended)
+    finished: list[str] = []
+
+    def reply_finished(conversation: str, _reason: str) -> None:
+        finished.append(conversation)
+
+    session.reply_finished.connect(reply_finished)
+    try:
+        assert session.send(greedy, "Once upon a time")
+        assert session.send(sampled, "Once upon a time")
+        qtbot.waitUntil(lambda: {greedy, sampled} <= set(finished), timeout=TIMEOUT_MS)
+    finally:
+        inference.started.disconnect(started)
+        inference.finished.disconnect(ended)
+        session.reply_finished.disconnect(reply_finished)
+    assert most == 2, "the two replies should generate at the same time"
+    text = {cid: session.get(cid).messages[-1].text for cid in (greedy, sampled, reference)}
+    assert text[greedy] == text[reference] != ""
+    assert text[sampled] != text[greedy]
+    with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS):
+        session.regenerate(sampled)
+    assert session.get(sampled).messages[-1].text == text[sampled]  # same seed, same text
+    assert session.get(sampled).sampling.seed == 7
 
 
 def test_fleet_rows_and_a_lost_worker(qtbot: QtBot, app: Any) -> None:
