@@ -308,10 +308,14 @@ def test_switch_mode_and_k_and_the_charts_follow(
 def test_two_conversations_reply_at_once_each_with_its_own_sampling(qtbot: QtBot, app: Any) -> None:
     """In PP+SD+MB with 2 streams a greedy chat and a sampled one (temperature 0.9, top-p 0.95,
     seed 7) generate at the same time; the greedy one gives the greedy reply, the sampled one the
-    same text again when regenerated with its seed, and not the greedy text."""
+    same text again when regenerated with its seed (at a fixed K: speculative sampling draws its
+    random numbers per round, so K auto, which follows measured timings, may change the text),
+    and not the greedy text."""
     core, window, _ = app
     window.mode_panel.buttons[Mode.PP_SD_MB].setChecked(True)
     window.mode_panel.streams.setValue(2)
+    window.mode_panel.k_auto.setChecked(False)
+    window.mode_panel.k.setValue(3)
     assert core.inference.mode.concurrency == 2
     session, inference = core.session, core.inference
     greedy = session.new_conversation(SamplingSettings(max_new_tokens=24))
