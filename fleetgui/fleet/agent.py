@@ -13,6 +13,9 @@ thread, so heartbeats are answered while a stage works or loads. Requests:
 * FORWARD: run the hosted stages, then pass the activations to the next worker, or send the
   head's RESULT to the coordinator. Errors go straight to the coordinator.
 * RESET / RELEASE: a stream's state. HEARTBEAT: liveness and load.
+* PROFILE: time a probe stage the coordinator sent (:mod:`probe_timing`) on this PC's devices,
+  in a thread and after any stage computation (the compute lock), cached on disk; the reply
+  says the ms per layer per device, the memory, and whether it all came from the cache.
 """
 
 from __future__ import annotations
@@ -37,6 +40,15 @@ from fleetgui.fleet.forward_codec import (
 )
 from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
 from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.probe_timing import (
+    TIMINGS_FILE,
+    ProbeSpec,
+    ProbeSpecError,
+    TimingCache,
+    cached_timings,
+    measure_stored_probe,
+    stage_devices,
+)
 from fleetgui.fleet.protocol import (
     ErrorCode,
     Flags,
@@ -48,6 +60,7 @@ from fleetgui.fleet.protocol import (
 )
 from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, SecureServer
 from fleetgui.fleet.trust import Authorizer
+from fleetgui.paths import data_dir
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.stage import StageError
 
@@ -64,6 +77,7 @@ class WorkerConfig:
     threads: int = 0  # OpenVINO inference threads; 0: the plugin's default
     precision: str = "auto"  # f32 | bf16 | f16 | auto
     connect_timeout_s: float = 10.0  # to the next worker of the ring
+    timings_file: Path | None = None  # PROFILE's cache; None: data_dir()/planner/probe_timings.json
 
 
 class WorkerAgent:
@@ -101,7 +115,9 @@ class WorkerAgent:
             Op.RING: self._ring,
             Op.RESET: self._stream_op,
             Op.RELEASE: self._stream_op,
+            Op.PROFILE: self._profile,
         }
+        self._timings = TimingCache(config.timings_file or data_dir() / "planner" / TIMINGS_FILE)
 
     @property
     def busy(self) -> bool:
@@ -172,7 +188,10 @@ class WorkerAgent:
         }
 
     async def _hello(self, incoming: Incoming) -> None:
-        await self._reply(incoming, Op.HELLO_OK, {"info": self._info(), **self._status()})
+        ops = sorted(op.name for op in self._handlers)  # what a coordinator may ask of this one
+        await self._reply(
+            incoming, Op.HELLO_OK, {"info": self._info(), **self._status(), "ops": ops}
+        )
 
     async def _heartbeat(self, incoming: Incoming) -> None:
         await self._reply(incoming, Op.HEARTBEAT, self._status())
@@ -251,6 +270,44 @@ class WorkerAgent:
             self.hosted = hosted
         meta = {"compile_s": time.perf_counter() - started, "reused": False}
         await self._reply(incoming, Op.STAGE_READY, meta)
+
+    async def _profile(self, incoming: Incoming) -> None:
+        try:
+            spec = ProbeSpec.from_meta(incoming.message.meta)
+        except ProbeSpecError as exc:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, str(exc))
+            return
+        base = StageConfig(
+            threads=self.config.threads or spec.threads,
+            precision=spec.precision if self.config.precision == "auto" else self.config.precision,
+        )
+        devices = list(spec.devices) or await asyncio.to_thread(stage_devices)
+        cached = await asyncio.to_thread(cached_timings, spec, devices, base, self._timings)
+        if len(cached) < len(devices):
+            missing = [
+                f.sha256
+                for f in spec.files
+                if not await asyncio.to_thread(self.store.has, f.sha256, f.size)
+            ]
+            if missing:
+                text = f"{len(missing)} probe file(s) are missing or damaged: send them first"
+                await self._reply_error(incoming, ErrorCode.MISSING_FILES, text, missing=missing)
+                return
+        async with self._compute:  # never while a stage computes, and never two at once
+            try:
+                result = await asyncio.to_thread(
+                    measure_stored_probe, self.store, spec, devices, base, self._timings
+                )
+            except BlobError as exc:
+                await self._reply_error(incoming, ErrorCode.MISSING_FILES, str(exc), missing=[])
+                return
+        if not result.ms_per_layer:
+            why = "; ".join(f"{d}: {reason}" for d, reason in result.failed.items())
+            text = f"worker {self.config.name!r} could not time the probe: {why or 'no device'}"
+            await self._reply_error(incoming, ErrorCode.STAGE_FAILED, text)
+            return
+        meta = {**result.to_meta(), "stage_device": self.config.device or "CPU"}
+        await self._reply(incoming, Op.PROFILE, meta)
 
     async def _drop_hosted(self) -> None:
         if self.hosted is not None:

@@ -44,7 +44,12 @@ FrameLike = bytes | bytearray | memoryview
 
 
 class Op(enum.IntEnum):
-    """What a message asks for or answers. Adding an op means a new PROTOCOL_VERSION."""
+    """What a message asks for or answers.
+
+    A new op goes at the end. A peer that does not know an op answers it with a ``bad_op`` error
+    that carries no request id, so a coordinator asks only for the ops a worker's HELLO lists
+    under ``"ops"``; then a new op needs no new PROTOCOL_VERSION. Changing a frame or an existing
+    op's meta does."""
 
     HELLO = 1  # coordinator -> worker: who I am, what I want (meta)
     HELLO_OK = 2
@@ -66,6 +71,8 @@ class Op(enum.IntEnum):
     UNLOAD = 27  # drop the loaded stages
     HEARTBEAT = 30
     METRICS = 31
+    # meta: fleet.probe_timing.ProbeSpec; answered with PROFILE, meta ProbeResult + "stage_device"
+    PROFILE = 32
 
 
 class Flags(enum.IntFlag):

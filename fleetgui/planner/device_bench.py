@@ -2,13 +2,16 @@
 and disk read speed.
 
 The layer time comes from a 1-layer shard of the model itself (layer 1, a middle layer, when the
-model has three or more), exported with ``convert_stage``, compressed to the weight format and
-compiled on the device; after a prefill of ``past_tokens`` positions and a few warm-up steps, the
-trimmed mean of single-token decode steps (:func:`sustained_ms`) is the ``ms_per_layer``. It
-includes one inference call's fixed overhead, which a stage of many layers pays once, so it errs on
-the slow side. Results are
-cached per model, weight format, device and OpenVINO version in ``data_dir()/planner/
-layer_timings.json``: the second call for the same combination does not measure again.
+model has three or more), exported with ``convert_stage`` and compressed to the weight format,
+then timed by :func:`time_layer_ir`: compiled on the device, a prefill of ``past_tokens``
+positions and a few warm-up steps, then the trimmed mean of single-token decode steps
+(:func:`sustained_ms`) is the ``ms_per_layer``. It includes one inference call's fixed overhead,
+which a stage of many layers pays once, so it errs on the slow side. Results are cached per model,
+weight format, device and OpenVINO version in ``data_dir()/planner/layer_timings.json``: the
+second call for the same combination does not measure again.
+
+:func:`time_layer_ir` needs no torch: a worker times the stage IR a coordinator sends it with it
+(:mod:`fleetgui.fleet.probe_timing`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,6 +93,73 @@ def sustained_ms(times: list[float], trim: float = 0.1) -> float:
     return statistics.fmean(kept)
 
 
+def time_layer_ir(
+    xml_path: Path,
+    *,
+    is_first: bool,
+    hidden_size: int,
+    ov_device: str = "CPU",
+    n_layers: int = 1,
+    properties: Mapping[str, Any] | None = None,
+    past_tokens: int = 128,
+    warmup: int = 5,
+    steps: int = 20,
+) -> float:
+    """Sustained decode-step time per layer (ms) of an exported stage IR on ``ov_device``.
+
+    Needs only OpenVINO and numpy (a worker runs it): ``xml_path`` is a stage (or a 1-layer
+    shard) as the exporter writes it, stateful, taking ``input_ids`` when ``is_first`` else
+    ``hidden_in`` of ``hidden_size``. It is compiled with ``properties`` (default: the latency
+    hint), prefilled with ``past_tokens`` positions, run ``warmup`` single-token steps, then
+    ``steps`` timed ones; the :func:`sustained_ms` of those, divided by ``n_layers`` (the layers
+    the IR holds), is returned.
+    """
+    import numpy as np
+    import openvino as ov
+
+    if n_layers < 1 or past_tokens < 1 or steps < 1 or warmup < 0 or hidden_size < 1:
+        raise ValueError("n_layers, past_tokens, steps and hidden_size must be positive")
+    compiled = ov.Core().compile_model(
+        str(xml_path), ov_device, dict(properties or {"PERFORMANCE_HINT": "LATENCY"})
+    )
+    names = {name for port in compiled.inputs for name in port.get_names()}
+    main = "input_ids" if is_first else "hidden_in"
+    if main not in names:
+        raise ValueError(f"{Path(xml_path).name} has no {main} input (inputs: {sorted(names)})")
+    request = compiled.create_infer_request()
+    total = past_tokens + warmup + steps + 1
+    mask = np.ones((1, total), dtype=np.int64)
+    rng = np.random.default_rng(0)
+
+    def main_input(n: int) -> Any:
+        if is_first:
+            return np.full((1, n), 3, dtype=np.int64)
+        return rng.standard_normal((1, n, hidden_size), dtype=np.float32)
+
+    extra: dict[str, Any] = {"beam_idx": np.zeros(1, dtype=np.int32)} if "beam_idx" in names else {}
+    request.reset_state()
+    request.infer(
+        {
+            main: main_input(past_tokens),
+            "attention_mask": mask[:, :past_tokens],
+            "position_ids": np.arange(past_tokens, dtype=np.int64)[None, :],
+            **extra,
+        }
+    )
+    feed: dict[str, Any] = {main: main_input(1), **extra}
+    times: list[float] = []
+    for step in range(warmup + steps):
+        position = past_tokens + step
+        feed["attention_mask"] = mask[:, : position + 1]
+        feed["position_ids"] = np.array([[position]], dtype=np.int64)
+        started = time.perf_counter()
+        request.infer(feed)
+        if step >= warmup:
+            times.append(1000.0 * (time.perf_counter() - started))
+    del request, compiled
+    return sustained_ms(times) / n_layers
+
+
 def _time_layer(
     model_dir: Path,
     weight_format: str,
@@ -98,10 +169,8 @@ def _time_layer(
     warmup: int,
     steps: int,
 ) -> tuple[str, float]:
-    """(model_id, sustained decode-step ms) of a real 1-layer shard on ``ov_device``."""
-    import numpy as np
-    import openvino as ov
-
+    """(model_id, sustained decode-step ms) of a real 1-layer shard on ``ov_device``: exported
+    here (torch), then timed by :func:`time_layer_ir`."""
     from fleetgui.export.compression import compress_weights, save_compressed
     from fleetgui.export.model_source import open_model_source
     from fleetgui.export.stage_export import convert_stage
@@ -111,45 +180,20 @@ def _time_layer(
     layer = 1 if source.n_layers > 2 else 0
     shard = Shard(source.model_id, layer, layer + 1, source.n_layers)
     model = compress_weights(convert_stage(model_dir, shard), weight_format)
-    core = ov.Core()
     with tempfile.TemporaryDirectory(prefix="fleetgui-layer-") as tmp:
         xml = Path(tmp) / "layer.xml"
         save_compressed(model, str(xml), weight_format)
         del model
-        compiled = core.compile_model(xml, ov_device, {"PERFORMANCE_HINT": "LATENCY"})
-        request = compiled.create_infer_request()
-        total = past_tokens + warmup + steps + 1
-        mask = np.ones((1, total), dtype=np.int64)
-
-        def main_input(n: int) -> tuple[str, Any]:
-            if shard.is_first:
-                return "input_ids", np.full((1, n), 3, dtype=np.int64)
-            rng = np.random.default_rng(0)
-            return "hidden_in", rng.standard_normal((1, n, source.hidden_size), dtype=np.float32)
-
-        request.reset_state()
-        name, value = main_input(past_tokens)
-        request.infer(
-            {
-                name: value,
-                "attention_mask": mask[:, :past_tokens],
-                "position_ids": np.arange(past_tokens, dtype=np.int64)[None, :],
-                "beam_idx": np.zeros(1, dtype=np.int32),
-            }
+        ms = time_layer_ir(
+            xml,
+            is_first=shard.is_first,
+            hidden_size=source.hidden_size,
+            ov_device=ov_device,
+            past_tokens=past_tokens,
+            warmup=warmup,
+            steps=steps,
         )
-        name, value = main_input(1)
-        feed: dict[str, Any] = {name: value, "beam_idx": np.zeros(1, dtype=np.int32)}
-        times: list[float] = []
-        for step in range(warmup + steps):
-            position = past_tokens + step
-            feed["attention_mask"] = mask[:, : position + 1]
-            feed["position_ids"] = np.array([[position]], dtype=np.int64)
-            started = time.perf_counter()
-            request.infer(feed)
-            if step >= warmup:
-                times.append(1000.0 * (time.perf_counter() - started))
-        del request, compiled
-    return source.model_id, sustained_ms(times)
+    return source.model_id, ms
 
 
 def measure_layer_ms(
