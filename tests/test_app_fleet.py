@@ -8,10 +8,12 @@ chat and get the tokens an in-process run gives, switch to PP+SD with K 3 and re
 charts (per-hop round trip included), and kill -9 a worker mid-reply: it is marked lost while the
 reply completes with the same tokens (a spare takes its stage).
 
-Every PC here is the same machine with the same estimated layer time (and a worker's link time
-is how long its last probe took, about 0.2 s here), so the planner rightly keeps the whole tiny
-model on this PC; the app's device source is wrapped to report this PC as far slower
-(:class:`SlowCoordinator`), as a measured slow coordinator would be."""
+Previewing a plan measures the layer time of a stage of the export on this PC and on every
+worker; the plan uses those measurements (each worker's equals what it reports) and the preview
+does not call them estimates. Every PC here is the same machine, so their layer times are about
+equal and the planner would rightly keep the whole tiny model on this PC; the app's device source
+is wrapped to report this PC as far slower (:class:`SlowCoordinator`), as a measured slow
+coordinator would be."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from test_app import (  # noqa: F401
 )
 
 from fleetgui.app.core import AppCore
-from fleetgui.app.deployer import DeviceSource
+from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
 from fleetgui.app.fleet_deployer import FleetDeployer
@@ -57,7 +59,8 @@ from fleetgui.fleet.coordinator import CoordinatorConfig
 from fleetgui.fleet.discovery import parse_address
 from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
+from fleetgui.fleet.profiling import WorkerProfile, choose_probe, profile_here, profile_worker
 from fleetgui.fleet.worker_service import free_port_pair
 from fleetgui.planner import DeviceProfile, Plan
 from fleetgui.planner.fixed_stages import plan_rows
@@ -107,6 +110,14 @@ class SlowCoordinator(DeviceSource):
     def device_profiles(self) -> list[DeviceProfile]:
         here, *workers = self.inner.device_profiles()
         return [replace(here, ms_per_layer=here.ms_per_layer * self.factor), *workers]
+
+    async def measured_profiles(
+        self, model_dir: Path, progress: MeasureProgress | None = None
+    ) -> MeasuredDevices:
+        measured = await self.inner.measured_profiles(model_dir, progress)
+        here, *workers = measured.profiles
+        slow = replace(here, ms_per_layer=here.ms_per_layer * self.factor)
+        return replace(measured, profiles=(slow, *workers))
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +201,7 @@ def app(
             zeroconf=False,
             workers_file=home / "workers.json",
             known_workers_file=home / "known_workers.json",
+            timings_file=home / "probe_timings.json",
         ),
         coordinator_config=CoordinatorConfig(link=FAST_LINKS, local=EXACT, rejoin_interval_s=0.5),
         settings_path=home / "settings.json",
@@ -336,6 +348,49 @@ def test_pair_a_worker_with_the_code_it_shows(
     )
 
 
+def test_the_preview_uses_the_layer_times_the_pcs_measured(
+    qtbot: QtBot, app: App, exports: dict[str, Path], workers: dict[str, WorkerProcess], root: Path
+) -> None:
+    qtbot.waitUntil(lambda: len(app.controller.usable_endpoints()) == len(workers))
+    deployment, view = app.core.deployment, app.window.deploy_view
+    view.choose_requested.emit(str(exports["3s"]))
+    steps: list[str] = []
+    deployment.measuring.connect(steps.append)
+    try:
+        with qtbot.waitSignal(deployment.plan_ready, timeout=TIMEOUT_MS):
+            view.preview_requested.emit()
+    finally:
+        deployment.measuring.disconnect(steps.append)
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    measured = deployment.layer_times
+    assert measured is not None and dict(measured.estimated) == {}
+    profiles = {p.name: p for p in measured.profiles}
+    assert set(profiles) >= set(workers)
+    assert steps[0].startswith("measuring layer times") and len(steps) == len(profiles) + 1
+    probe = choose_probe(exports["3s"])
+
+    async def ask(endpoint: Any) -> WorkerProfile:
+        link = WorkerLink(*endpoint, app.controller.identity, Dispatcher(), config=FAST_LINKS)
+        await link.open()
+        try:
+            return await profile_worker(link, probe)
+        finally:
+            await link.close()
+
+    for endpoint in app.controller.usable_endpoints():
+        reported = drive(ask((endpoint.name, endpoint.endpoint, endpoint.public_key)))
+        assert reported.from_cache and reported.bytes_sent == 0  # measured for the preview
+        assert profiles[endpoint.name].ms_per_layer == reported.device_profile().ms_per_layer
+    here = profile_here(probe, EXACT.stage, timings_file=root / "app_home" / "probe_timings.json")
+    assert here.from_cache
+    here_ms = here.device_profile().ms_per_layer * 1000.0  # SlowCoordinator's factor
+    assert measured.profiles[0].ms_per_layer == pytest.approx(here_ms)
+    # the preview says the layer times are measured, on which PCs, and calls none an estimate
+    text = view.layer_times.text()
+    assert text.startswith("Layer times measured on") and all(n in text for n in profiles)
+    assert "estimate" not in (text + view.plan_summary.text()).lower()
+
+
 def test_cancel_during_deploy_leaves_nothing_loaded(
     qtbot: QtBot, app: App, exports: dict[str, Path], workers: dict[str, WorkerProcess]
 ) -> None:
@@ -467,7 +522,7 @@ def test_screenshot_command_renders_the_fleet_with_real_workers(
         command, capture_output=True, text=True, env=env, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    # every PC has the same estimated layer time: the plan keeps the tiny model on this PC
+    # deployed as the preview (with measured layer times) planned it
     assert "deployed exp-3s as planned: " in result.stderr, result.stderr[-2000:]
     for name in ("fleet", "deployment", "dashboard", "chat"):
         png = out / f"{name}.png"

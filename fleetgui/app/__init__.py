@@ -17,6 +17,7 @@ from fleetgui.app.deployer import (
     DeployProgress,
     DeployRequest,
     DeviceSource,
+    MeasuredDevices,
 )
 from fleetgui.app.fleet_actions import FleetActions, FleetUnavailableError
 from fleetgui.app.worker_status import WorkerRow, WorkerStatus
@@ -29,6 +30,7 @@ __all__ = [
     "DeviceSource",
     "FleetActions",
     "FleetUnavailableError",
+    "MeasuredDevices",
     "WorkerRow",
     "WorkerStatus",
 ]

@@ -3,15 +3,17 @@
 A :class:`Deployer` turns an export (and a plan) into a running ``Pipeline``: on this PC
 (:class:`fleetgui.app.local_deployer.LocalDeployer`) or across the fleet (push each worker's
 shards with progress, load, link the ring). A :class:`DeviceSource` gives the planner preview the
-profiles of the PCs that could take part, the coordinator first.
+profiles of the PCs that could take part, the coordinator first: estimated at once
+(``device_profiles``), or with layer times measured for the chosen model (``measured_profiles``,
+:class:`MeasuredDevices` says which are still estimates and why).
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetgui.errors import FleetguiError
@@ -71,8 +73,43 @@ class Deployer(ABC):
     async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> Pipeline: ...
 
 
+@dataclass(frozen=True)
+class MeasuredDevices:
+    """Device profiles to plan with, and which layer times are estimates (``str``: what the
+    plan preview says about them)."""
+
+    profiles: tuple[DeviceProfile, ...]  # coordinator first
+    estimated: Mapping[str, str] = field(default_factory=dict)  # PC name -> why not measured
+    probe: str = ""  # what was timed, e.g. "stage_2-3.xml (layer 2), int4"
+
+    def __str__(self) -> str:
+        names = [p.name for p in self.profiles]
+        measured = [n for n in names if n not in self.estimated]
+        if not measured:
+            reasons = sorted(set(self.estimated.values()))
+            return f"Layer times are estimates: {'; '.join(reasons) or 'not measured'}."
+        text = f"Layer times measured on {', '.join(measured)}"
+        text += f" with {self.probe}" if self.probe else ""
+        if not self.estimated:
+            return text + "."
+        guessed = "; ".join(f"{n}: {why}" for n, why in self.estimated.items())
+        return f"{text}; estimated for {guessed}."
+
+
+MeasureProgress = Callable[[str], None]
+
+
 class DeviceSource(ABC):
     """The PCs the planner preview may use, coordinator first."""
 
     @abstractmethod
-    def device_profiles(self) -> list[DeviceProfile]: ...
+    def device_profiles(self) -> list[DeviceProfile]:
+        """At once, without measuring: layer times are estimates."""
+
+    async def measured_profiles(
+        self, model_dir: Path, progress: MeasureProgress | None = None
+    ) -> MeasuredDevices:
+        """The profiles with layer times measured for ``model_dir`` where this source can
+        (off the GUI thread); this default measures nothing."""
+        profiles = tuple(self.device_profiles())
+        return MeasuredDevices(profiles, {p.name: "not measured" for p in profiles})

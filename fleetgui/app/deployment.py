@@ -4,6 +4,11 @@ One job at a time (export, plan or deploy) runs as an asyncio task; its heavy wo
 executors. ``cancel`` stops the job at every step, and a cancelled job leaves nothing half-done:
 an export stays in its hidden partial folder, a deployment's pipeline is closed.
 
+Planning an export first measures the layer time of one of its stages on this PC and on every
+usable worker (``DeviceSource.measured_profiles``; cached, so a second preview measures nothing):
+``measuring`` reports the progress, ``layer_times_ready`` what the plan's layer times are (and
+which are still estimates, and why) before ``plan_ready``.
+
 The plan the view shows is what gets deployed. An export is planned over its fixed stages; an HF
 model is planned layer by layer and, on Deploy, exported in the plan's stages (one per device).
 Deploy hands the previewed plan to the deployer, which deploys exactly it; when there is none, or
@@ -28,6 +33,7 @@ from fleetgui.app.deployer import (
     DeployProgress,
     DeployRequest,
     DeviceSource,
+    MeasuredDevices,
 )
 from fleetgui.app.errors import user_message
 from fleetgui.app.export_job import ExportJob, default_export_dir
@@ -79,6 +85,8 @@ class DeploymentController(QObject):
     export_progress = Signal(int, int, str)  # step, total, message
     export_finished = Signal(str)  # export folder
     plan_ready = Signal(object)  # Plan
+    measuring = Signal(str)  # what the layer time measurement is doing
+    layer_times_ready = Signal(str)  # where the plan's layer times come from (MeasuredDevices)
     deploy_progress = Signal(object)  # DeployProgress
     deployed = Signal(str)  # description of what now serves the chat
     failed = Signal(str)  # message with the fix
@@ -99,6 +107,7 @@ class DeploymentController(QObject):
         self.kind: ModelKind | None = None
         self.plan: Plan | None = None
         self._plan_request: PreviewRequest | None = None  # what ``plan`` was made from
+        self.layer_times: MeasuredDevices | None = None  # the profiles ``plan`` was made from
         self.export_weights = "int4"
         self.export_stages = 2
         self.objective = "latency"
@@ -223,9 +232,10 @@ class DeploymentController(QObject):
         if self.model_dir is None:
             return
         streams = mode.streams if mode is not None and mode.concurrency > 1 else 1
+        measured = await self.devices.measured_profiles(self.model_dir, self.measuring.emit)
         request = PreviewRequest(
             self.model_dir,
-            tuple(self.devices.device_profiles()),
+            measured.profiles,
             PlanConfig(objective=self.objective),
             streams=streams,
             weights=self.export_weights,
@@ -233,7 +243,8 @@ class DeploymentController(QObject):
         )
         loop = asyncio.get_running_loop()
         self.plan = await loop.run_in_executor(None, preview_plan, request)
-        self._plan_request = request
+        self._plan_request, self.layer_times = request, measured
+        self.layer_times_ready.emit(str(measured))
         self.plan_ready.emit(self.plan)
 
     async def _deploy_job(self, mode: ModeSettings) -> None:

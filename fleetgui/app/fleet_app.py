@@ -9,11 +9,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject
 
 from fleetgui.app.core import AppCore, build_core
-from fleetgui.app.deployer import DeviceSource
+from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_actions import FleetActions
 from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
 from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.fleet_model import FleetModel
+from fleetgui.app.layer_times import measure_devices
 from fleetgui.fleet.coordinator import CoordinatorConfig
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.planner import DeviceProfile
@@ -44,13 +45,32 @@ class ControllerActions(FleetActions):
 
 
 class ControllerDevices(DeviceSource):
-    """This PC and the usable workers, for the plan preview."""
+    """This PC and the usable workers, for the plan preview; layer times measured on each of
+    them for an export (:func:`~fleetgui.app.layer_times.measure_devices`)."""
 
-    def __init__(self, controller: FleetController) -> None:
+    def __init__(
+        self, controller: FleetController, coordinator: CoordinatorConfig | None = None
+    ) -> None:
         self.controller = controller
+        self.coordinator = coordinator or CoordinatorConfig()
 
     def device_profiles(self) -> list[DeviceProfile]:
         return self.controller.device_profiles()
+
+    async def measured_profiles(
+        self, model_dir: Path, progress: MeasureProgress | None = None
+    ) -> MeasuredDevices:
+        controller = self.controller
+        return await measure_devices(
+            controller.device_profiles(),
+            controller.usable_endpoints(),
+            controller.identity,
+            model_dir,
+            local_stage=self.coordinator.local.stage,
+            timings_file=controller.config.timings_file,
+            link_config=self.coordinator.link,
+            progress=progress,
+        )
 
 
 def build_fleet_core(
@@ -71,7 +91,7 @@ def build_fleet_core(
         settings_path=settings_path,
         history_dir=history_dir,
         deployer=deployer,
-        devices=ControllerDevices(controller),
+        devices=ControllerDevices(controller, coordinator_config),
         fleet_actions=ControllerActions(controller, deployer),
         fleet=fleet,
         parent=parent,

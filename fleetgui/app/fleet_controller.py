@@ -58,6 +58,7 @@ class FleetControllerConfig:
     zeroconf: bool = True  # browse the LAN for advertised workers
     workers_file: Path | None = None  # workers added by address; None: the config folder's
     known_workers_file: Path | None = None  # pinned worker keys; None: the config folder's
+    timings_file: Path | None = None  # this PC's measured layer times; None: the data folder's
 
 
 @dataclass
@@ -331,7 +332,8 @@ class FleetController(QObject):
 
     def device_profiles(self) -> list[DeviceProfile]:
         """This PC, then every usable worker with its free memory (from its heartbeats while
-        deployed, else its last probe)."""
+        deployed, else its last probe) and an estimated layer time (the plan preview measures
+        them: :func:`fleetgui.app.layer_times.measure_devices`)."""
         profiles = [coordinator_profile()]
         session = self.session
         for worker in self._workers.values():

@@ -99,6 +99,8 @@ class DeploymentView(QWidget):
         self.plan_summary.setWordWrap(True)
         self.left_out = QLabel()
         self.left_out.setWordWrap(True)
+        self.layer_times = QLabel()
+        self.layer_times.setWordWrap(True)
         preview = QPushButton("Preview plan")
         preview.clicked.connect(self.preview_requested.emit)
         plan_box = QGroupBox("Plan")
@@ -106,6 +108,7 @@ class DeploymentView(QWidget):
         plan_layout.addWidget(self.plan_table, 1)
         plan_layout.addWidget(self.plan_summary)
         plan_layout.addWidget(self.left_out)
+        plan_layout.addWidget(self.layer_times)
         plan_layout.addWidget(preview)
         return plan_box
 
@@ -153,6 +156,7 @@ class DeploymentView(QWidget):
         self.plan_table.setRowCount(0)
         self.plan_summary.setText("press Preview plan to see which PC gets which layers")
         self.left_out.clear()
+        self.layer_times.clear()
 
     def on_state(self, state: str) -> None:
         busy = state != "idle"
@@ -189,13 +193,19 @@ class DeploymentView(QWidget):
         self.plan_summary.setText(
             f"{plan.model_id} ({plan.weight_format}): predicted {plan.predicted_tokens_per_s:.1f} "
             f"tokens/s with {plan.streams} stream(s), {plan.predicted_ms_per_token:.2f} ms per "
-            f"token for one user. Layer times are estimates until measured."
+            f"token for one user."
         )
         self.left_out.setText(
             "Left out: " + "; ".join(f"{x.device}: {x.reason}" for x in plan.left_out)
             if plan.left_out
             else "Every PC is used."
         )
+
+    def on_measuring(self, text: str) -> None:
+        self.status.setText(text)
+
+    def on_layer_times(self, text: str) -> None:
+        self.layer_times.setText(text)
 
     def on_deploy_progress(self, progress: DeployProgress) -> None:
         bar = self.worker_bars.get(progress.worker)

@@ -90,6 +90,8 @@ class MainWindow(QMainWindow):
         deployment.state_changed.connect(view.on_state)
         deployment.export_progress.connect(view.on_export_progress)
         deployment.plan_ready.connect(view.on_plan)
+        deployment.measuring.connect(view.on_measuring)
+        deployment.layer_times_ready.connect(view.on_layer_times)
         deployment.deploy_progress.connect(view.on_deploy_progress)
         deployment.deployed.connect(view.on_deployed)
         deployment.failed.connect(self.messages.show_error)
