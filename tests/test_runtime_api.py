@@ -246,16 +246,44 @@ def test_generate_cli_json(exports: dict) -> None:
     [
         ("fp16", 1, "auto", "f32"),
         ("fp32", 1, "auto", "f32"),
-        ("int4", 1, "auto", "auto"),
+        ("int4", 1, "auto", "f32-dq"),
+        ("int8", 2, "auto", "f32-dq"),
+        ("int4", 1, "bf16", "bf16"),
         ("fp16", 2, "auto", "auto"),
         ("fp16", 1, "bf16", "bf16"),  # an explicit choice is kept
     ],
 )
-def test_single_thread_bf16_crash_is_avoided(
+def test_what_auto_precision_means(
     weights: str, threads: int, precision: str, expected: str
 ) -> None:
     from fleetgui.runtime.loader import safe_stage_config
     from fleetgui.runtime.ov_stage import StageConfig
 
     config = StageConfig(threads=threads, precision=precision)
-    assert safe_stage_config(config, weights).precision == expected
+    resolved = safe_stage_config(config, weights)
+    assert resolved.precision == expected
+    props = resolved.ov_properties()
+    if expected == "f32-dq":  # f32 compute, int8 activations, the KV cache's default type
+        assert props["INFERENCE_PRECISION_HINT"] == "f32" and "KV_CACHE_PRECISION" not in props
+
+
+def test_f32_dq_stage_runs_and_quantizes_activations(
+    tmp_path: Path, tiny_models: Callable[..., Path]
+) -> None:
+    """An int4 stage compiled with auto precision computes in f32 with dynamic quantization."""
+    import openvino as ov
+
+    from fleetgui.export.exporter import ExportRequest, export_model
+    from fleetgui.export.manifest import read_manifest
+    from fleetgui.runtime.loader import safe_stage_config
+    from fleetgui.runtime.ov_stage import StageConfig
+
+    out = tmp_path / "int4"
+    export_model(ExportRequest(tiny_models("llama"), out, stages=1, weights="int4"))
+    manifest = read_manifest(out)
+    config = safe_stage_config(StageConfig(threads=1), manifest.weight_format)
+    compiled = ov.Core().compile_model(
+        out / manifest.stages[0].model_file, "CPU", config.ov_properties()
+    )
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    assert int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) > 0

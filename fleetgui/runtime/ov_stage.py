@@ -32,7 +32,10 @@ from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 
-PRECISION_HINTS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+PRECISION_HINTS = {"f32": "f32", "bf16": "bf16", "f16": "f16", "f32-dq": "f32"}
+# "f32-dq" (chosen by ``loader.safe_stage_config``, not by users): f32 compute for int4/int8
+# weights, whose activations the CPU plugin then quantizes to int8 on the fly (its default
+# DYNAMIC_QUANTIZATION_GROUP_SIZE) for int8 matrix kernels; the KV cache keeps its default type.
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class StageConfig:
 
     device: str = "CPU"
     threads: int = 0  # OpenVINO inference threads; 0: the plugin's default
-    precision: str = "auto"  # f32 | bf16 | f16 | auto (the device's default)
+    precision: str = "auto"  # f32 | bf16 | f16 | auto (see loader.safe_stage_config) | f32-dq
     kv_cache_precision: str | None = None  # e.g. "f32" for bit-exact rewind/compaction tests
     # Pinning puts every compiled model's inference thread on the same first core, so stages in
     # one process would take turns instead of overlapping; let the OS place them.
