@@ -17,11 +17,10 @@ from fleetgui.runtime.stage import (
 )
 
 
-def _top1(request: Any, last: int) -> np.ndarray:
+def _top1(request: Any, last: int, has_top1: bool) -> np.ndarray:
     """Argmax token ids of the last ``last`` positions, from ``top1_ids`` when the model has it
     (fleetgui stages) or from the logits (monolithic/optimum models)."""
-    names = {port.get_any_name() for port in request.get_compiled_model().outputs}
-    if "top1_ids" in names:
+    if has_top1:
         return np.asarray(request.get_tensor("top1_ids").data[0, -last:])
     return np.asarray(request.get_tensor("logits").data[0, -last:].argmax(-1))
 
@@ -30,15 +29,18 @@ def _logits(request: Any, last: int) -> np.ndarray:
     return np.asarray(request.get_tensor("logits").data[0, -last:])
 
 
-def run_head(head: HeadOp, request: Any) -> tuple[list[int], int]:
-    """The new tokens and the number of accepted drafts for ``head`` on ``request``'s outputs."""
+def run_head(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], int]:
+    """The new tokens and the number of accepted drafts for ``head`` on ``request``'s outputs
+    (``has_top1``: the model has the compact ``top1_ids`` output)."""
     if isinstance(head, GreedyHead):
-        return [int(_top1(request, 1)[0])], 0
+        return [int(_top1(request, 1, has_top1)[0])], 0
     if isinstance(head, SampleHead):
         probs = probabilities(_logits(request, 1)[0], head.params)
         return [sample(probs, head.u)], 0
     if isinstance(head, VerifyGreedyHead):
-        accepted, tokens = verify_greedy(_top1(request, len(head.drafts) + 1), head.drafts)
+        accepted, tokens = verify_greedy(
+            _top1(request, len(head.drafts) + 1, has_top1), head.drafts
+        )
         return tokens, accepted
     if isinstance(head, VerifySampleHead):
         probs = probabilities(_logits(request, len(head.drafts) + 1), head.params)
