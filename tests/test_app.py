@@ -399,11 +399,50 @@ def test_export_can_be_cancelled_and_leaves_no_export(
     assert exported == []
 
 
+@pytest.fixture
+def heavy_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Records each blocking call (compiling or reading a model, synchronous inference,
+    exporting, converting a stage, loading a tokenizer, planning) with whether it ran on the GUI
+    thread."""
+    import threading
+
+    import openvino as ov
+
+    import fleetgui.app.deployment
+    import fleetgui.export.exporter
+    import fleetgui.export.stage_export
+    import fleetgui.runtime.tokenizer
+
+    calls: list[tuple[str, bool]] = []
+
+    def watch(owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            gui = threading.current_thread() is threading.main_thread()
+            calls.append((name, gui))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, recorded)
+
+    watch(ov.Core, "compile_model")
+    watch(ov.Core, "read_model")
+    watch(ov.InferRequest, "infer")
+    watch(fleetgui.export.exporter, "export_model")
+    watch(fleetgui.export.exporter, "compress_weights")
+    watch(fleetgui.export.stage_export, "convert_stage")
+    watch(fleetgui.runtime.tokenizer.Tokenizer, "__init__")
+    watch(fleetgui.app.deployment, "preview_plan")
+    return calls
+
+
 def test_deploying_a_model_folder_exports_it_in_the_plans_stages(
-    qtbot: QtBot, qloop: Any, exports: dict, tmp_path: Path
+    qtbot: QtBot, qloop: Any, exports: dict, tmp_path: Path, heavy_calls: list
 ) -> None:
     """Deploy on an HF folder: planned layer by layer, exported with the plan's --layers, then
-    the export's stages are placed as that plan and deployed (the view shows both plans)."""
+    the export's stages are placed as that plan and deployed (the view shows both plans). The
+    GUI thread never plans, exports, compiles or runs a model itself: all of it, and a chat's
+    reply, happens off it."""
     from fleetgui.export.manifest import read_manifest
 
     core, window = make_window(tmp_path)
@@ -422,6 +461,12 @@ def test_deploying_a_model_folder_exports_it_in_the_plans_stages(
     assert stages == [(s.shard.start_layer, s.shard.end_layer) for s in layered.stages]
     assert placed.same_layout(layered) and deployment.plan is placed
     assert window.deploy_view.plan_table.rowCount() == len(placed.stages)
+    new_chat(window, max_new_tokens=8)
+    assert send_and_wait(qtbot, window, "Once upon a time")
+    names = {name for name, _ in heavy_calls}
+    assert {"compile_model", "preview_plan", "__init__", "export_model", "convert_stage"} <= names
+    on_gui_thread = [name for name, gui in heavy_calls if gui]
+    assert on_gui_thread == [], f"blocking calls on the GUI thread: {on_gui_thread}"
     unload = asyncio.ensure_future(core.inference.unload())
     qtbot.waitUntil(unload.done, timeout=TIMEOUT_MS)
 

@@ -267,7 +267,7 @@ class Pipeline:
     async def _generate(
         self, prompt: str, options: GenerationOptions
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
-        prompt_ids = self._check(prompt, options)
+        prompt_ids = await asyncio.to_thread(self._check, prompt, options)  # may run a model
         stream = _Stream(
             next(self._ids), prompt_ids, options, np.random.default_rng(options.sampling.seed)
         )
