@@ -118,3 +118,16 @@ def test_fast_decoder_is_used_and_matches_the_openvino_detokenizer(tokenizer: To
                 assert tokenizer.decode(piece) == reference
                 checked += 1
     assert checked > 40
+
+
+def test_fast_encoder_is_used_and_gives_the_openvino_tokenizers_ids(tokenizer: Tokenizer) -> None:
+    from fleetgui.runtime.tokenizer import _fast_encoder
+
+    assert tokenizer._fast_encode is not None
+    for text in (*TEXTS, "", "  two spaces", "tab\tand\nnewline", "ünïcödé 東京 🎉"):
+        assert tokenizer.encode(text) == tokenizer._ov_encode(text), text
+
+    def different(text: str) -> list[int]:  # a tokenizer HF does not reproduce
+        return [1, *tokenizer._ov_encode(text)]
+
+    assert _fast_encoder(tokenizer._fast, different) is None
