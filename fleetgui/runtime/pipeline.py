@@ -124,6 +124,7 @@ class Pipeline:
         self.compaction = compaction or CompactionPolicy()
         self._ids = itertools.count(1)
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
+        self._recent_total = 0  # tokens in _recent
         self._active = 0
 
     def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
@@ -131,12 +132,12 @@ class Pipeline:
         self.metrics.emit(TokensEmitted(stream_id, count, step_ms))
         now = time.perf_counter()
         self._recent.append((now, count))
+        self._recent_total += count
         while self._recent and now - self._recent[0][0] > AGGREGATE_WINDOW_S:
-            self._recent.popleft()
+            self._recent_total -= self._recent.popleft()[1]
         span = max(now - self._recent[0][0], 1e-3)
-        total = sum(n for _, n in self._recent)
         if len(self._recent) > 1:
-            self.metrics.emit(AggregateThroughput(total / span, self._active))
+            self.metrics.emit(AggregateThroughput(self._recent_total / span, self._active))
 
     # -- public API ---------------------------------------------------------------------------
 
