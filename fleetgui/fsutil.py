@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -64,3 +66,16 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def read_cache_entries(path: Path, version: int) -> dict[str, Any]:
+    """The ``entries`` of a JSON cache file ``{"version": V, "entries": {...}}``; empty when the
+    file is missing, unreadable or of another version (a cache is rebuilt, never an error)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != version:
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui.fleet.blob_store import BlobError, BlobStore, WantedFile, check_relative, check_sha
-from fleetgui.fsutil import atomic_write_text
+from fleetgui.fsutil import atomic_write_text, read_cache_entries
 from fleetgui.runtime.loader import safe_stage_config
 from fleetgui.runtime.ov_stage import StageConfig
 
@@ -171,14 +171,7 @@ class TimingCache:
         self.path = Path(path)
 
     def _entries(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-            return {}
-        entries = data.get("entries")
-        return entries if isinstance(entries, dict) else {}
+        return read_cache_entries(self.path, CACHE_VERSION)
 
     @staticmethod
     def key(spec: ProbeSpec, device: str, properties: Mapping[str, Any]) -> str:

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleetgui.fsutil import atomic_write_text
+from fleetgui.fsutil import atomic_write_text, read_cache_entries
 from fleetgui.paths import data_dir
 from fleetgui.planner.profiles import ComputeProfile, MachineProfile
 
@@ -56,14 +56,7 @@ def cache_path() -> Path:
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
-        return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    return read_cache_entries(path, CACHE_VERSION)
 
 
 def _cache_key(model_id: str, weight_format: str, ov_device: str, device_name: str) -> str:
