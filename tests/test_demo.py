@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 PROMPT = "def fibonacci(n):\n    "
 
 
-def _demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+def _demo(home: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home), **env_vars}
     command = [sys.executable, "-m", "fleetgui", "demo", "--headless", "--size", "tiny", *args]
     return subprocess.run(
         command, capture_output=True, text=True, env=env, timeout=600, check=False
@@ -74,8 +74,14 @@ def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path
     first = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp")
     assert first.returncode == 0, first.stderr[-3000:]
     stamp = (home / "shards_cache" / "demo-tiny-target-2stages" / "manifest.json").stat()
-    second = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp")
+    second = _demo(
+        home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp",
+        PYTHONPROFILEIMPORTTIME="1",
+    )  # fmt: skip
     assert second.returncode == 0, second.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in second.stderr.splitlines()}
+    assert "fleetgui.export.exporter" in imported  # it did check the export...
+    assert not {"torch", "transformers"} & imported  # ...without paying for torch (2-3 s)
     again = (home / "shards_cache" / "demo-tiny-target-2stages" / "manifest.json").stat()
     assert again.st_mtime_ns == stamp.st_mtime_ns  # the export was reused, not redone
     one, two = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, second))

@@ -159,7 +159,7 @@ def test_inno_setup_script_names_what_the_specs_build() -> None:
         bundle_config.WORKER_BACKGROUND_NAME,
     ):
         assert f"{name}.exe" in iss, name
-    from fleetgui.fleet.worker_service import DEFAULT_PORT
+    from fleetgui.fleet.worker_info import DEFAULT_PORT
 
     assert f'#define WorkerPorts "{DEFAULT_PORT}-{DEFAULT_PORT + 1}"' in iss
     assert "localport={#WorkerPorts}" in iss

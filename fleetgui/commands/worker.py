@@ -15,7 +15,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fleetgui.fleet.worker_service import DEFAULT_PORT
+    from fleetgui.fleet.worker_info import DEFAULT_PORT
 
     parser.add_argument(
         "--listen",

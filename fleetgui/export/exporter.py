@@ -34,7 +34,7 @@ from fleetgui.export.manifest import (
 )
 from fleetgui.export.model_source import ModelSource, open_model_source
 from fleetgui.export.monolithic import export_monolithic
-from fleetgui.export.stage_export import stage_io_names
+from fleetgui.export.stage_io import stage_io_names
 from fleetgui.export.tokenizer_export import export_tokenizer
 from fleetgui.fsutil import atomic_write_text, link_or_copy, replace_dir
 from fleetgui.shard import Shard, even_split, parse_layer_ranges

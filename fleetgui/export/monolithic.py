@@ -20,7 +20,7 @@ from fleetgui.errors import FleetguiError
 from fleetgui.export.compression import compress_weights, save_compressed
 from fleetgui.export.manifest import FileEntry, StageEntry
 from fleetgui.export.model_source import ModelSource
-from fleetgui.export.stage_export import quiet_openvino_telemetry
+from fleetgui.export.stage_io import quiet_openvino_telemetry
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 
+DEFAULT_PORT = 5555  # a worker's protocol port; the info probe answers on the next one
 INFO_PORT_OFFSET = 1  # the info probe listens on the protocol port + 1
 
 

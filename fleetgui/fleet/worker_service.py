@@ -31,8 +31,6 @@ from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 5555
-
 
 @dataclass(frozen=True)
 class ServiceConfig:
