@@ -1,6 +1,6 @@
 """`python -m fleetgui` is the same as the `fleetgui` command."""
 
-from fleetgui.cli import main
+from fleetgui.cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

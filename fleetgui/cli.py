@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -69,3 +70,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _qt_app_ran() -> bool:
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    return widgets is not None and widgets.QApplication.instance() is not None
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with ``code``. After the Qt app ran (``gui``, ``demo``), the process ends
+    without the interpreter's teardown (logs and output flushed, then ``os._exit``): by then the
+    app has saved its state and stopped its workers, and tearing down Qt, OpenVINO and the
+    other extension modules in the interpreter's order aborted the process (a C extension's
+    refcount error on a bool, exit 134) after ``fleetgui demo --screenshot`` had finished."""
+    if _qt_app_ran():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def entry() -> NoReturn:
+    """The ``fleetgui`` command: :func:`main` with the process's arguments, then exit."""
+    exit_process(main())

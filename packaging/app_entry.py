@@ -22,4 +22,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fleetgui.cli import exit_process
+
+    exit_process(main())

@@ -87,3 +87,29 @@ def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path
     one, two = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (first, second))
     assert one["token_ids"] == two["token_ids"]
     assert one.get("acceptance_rate") is None
+
+
+def test_demo_app_screenshots_and_exits_cleanly(demo_pair_tiny: Path, tmp_path: Path) -> None:
+    """The app demo (not headless) renders its four views from the running fleet and exits 0
+    with its workers gone. (With the small pair the interpreter's teardown after the Qt app
+    aborted the process, exit 134, every time; the tiny pair did not show it.)"""
+    home, shots = tmp_path / "home", tmp_path / "shots"
+    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    env = {**os.environ, "FLEETGUI_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    command = [
+        sys.executable,
+        "-m",
+        "fleetgui",
+        "demo",
+        "--size",
+        "tiny",
+        "--screenshot",
+        str(shots),
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in shots.glob("*.png")) == [
+        "chat.png", "dashboard.png", "deployment.png", "fleet.png"
+    ]  # fmt: skip
+    time.sleep(1.0)
+    assert _workers_of(home) == []
