@@ -433,6 +433,7 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     members = [m.name for m in session.assignment.members]
     # the slow coordinator keeps stage 0; the other stages go to the fleet, the rest are spares
     assert session.assignment.local == (0,) and members and session.assignment.spares
+    assert "on the fleet" in app.window.pipeline_state.text()
     bars = app.window.deploy_view.worker_bars
     for name in members:
         assert {s.step for s in steps if s.worker == name} >= {"loading the stages", "ready"}

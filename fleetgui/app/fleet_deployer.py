@@ -95,7 +95,9 @@ class FleetDeployer(Deployer):
             why = "no usable worker" if plan is None else "the plan uses this PC only"
             log.info("%s: deploying %s on this PC", why, request.export_dir)
             local = LocalDeployer(self.config.local)
-            return await local.deploy(replace(request, plan=None), progress)
+            pipeline = await local.deploy(replace(request, plan=None), progress)
+            self.name = LocalDeployer.name  # what the status line says it runs on
+            return pipeline
         usable = [e.name for e in endpoints]
         planned = (
             plan_assignment(plan, request.export_dir, usable, coordinator=here)
@@ -115,6 +117,7 @@ class FleetDeployer(Deployer):
             await asyncio.shield(self._discard(session))
             raise
         self.session = session
+        self.name = type(self).name
         return pipeline
 
     async def _deploy(
