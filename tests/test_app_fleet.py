@@ -255,17 +255,30 @@ def reference_tokens(
     return drive(run())
 
 
+def show_preview(
+    qtbot: QtBot, app: App, export_dir: Path, measuring: list[str] | None = None
+) -> Plan:
+    """Choose ``export_dir`` and press Preview plan; returns the plan shown (the measuring
+    steps reported meanwhile go to ``measuring``)."""
+    deployment, view = app.core.deployment, app.window.deploy_view
+    view.choose_requested.emit(str(export_dir))
+    steps = measuring if measuring is not None else []
+    deployment.measuring.connect(steps.append)
+    try:
+        with qtbot.waitSignal(deployment.plan_ready, timeout=TIMEOUT_MS) as shown:
+            view.preview_requested.emit()
+    finally:
+        deployment.measuring.disconnect(steps.append)
+    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    return shown.args[0]
+
+
 def deploy(qtbot: QtBot, app: App, export_dir: Path) -> tuple[list[Any], Plan]:
     """Choose ``export_dir``, press Preview plan, then Deploy; returns the progress steps and
     the previewed plan."""
     steps: list[Any] = []
-    deployment = app.core.deployment
-    view = app.window.deploy_view
-    view.choose_requested.emit(str(export_dir))
-    with qtbot.waitSignal(deployment.plan_ready, timeout=TIMEOUT_MS) as shown:
-        view.preview_requested.emit()
-    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
-    preview = shown.args[0]
+    deployment, view = app.core.deployment, app.window.deploy_view
+    previewed = show_preview(qtbot, app, export_dir)
     deployment.deploy_progress.connect(steps.append)
     try:
         with qtbot.waitSignal(deployment.deployed, timeout=TIMEOUT_MS):
@@ -273,7 +286,7 @@ def deploy(qtbot: QtBot, app: App, export_dir: Path) -> tuple[list[Any], Plan]:
     finally:
         deployment.deploy_progress.disconnect(steps.append)
     qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
-    return steps, preview
+    return steps, previewed
 
 
 def assert_deployed_as_previewed(app: App, export_dir: Path, preview: Plan) -> None:
@@ -353,15 +366,8 @@ def test_the_preview_uses_the_layer_times_the_pcs_measured(
 ) -> None:
     qtbot.waitUntil(lambda: len(app.controller.usable_endpoints()) == len(workers))
     deployment, view = app.core.deployment, app.window.deploy_view
-    view.choose_requested.emit(str(exports["3s"]))
     steps: list[str] = []
-    deployment.measuring.connect(steps.append)
-    try:
-        with qtbot.waitSignal(deployment.plan_ready, timeout=TIMEOUT_MS):
-            view.preview_requested.emit()
-    finally:
-        deployment.measuring.disconnect(steps.append)
-    qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+    show_preview(qtbot, app, exports["3s"], steps)
     measured = deployment.layer_times
     assert measured is not None and dict(measured.estimated) == {}
     profiles = {p.name: p for p in measured.profiles}

@@ -235,6 +235,15 @@ class WorkerAgent:
             return
         await self._reply(incoming, Op.PUT_OK, {"received": held, "complete": complete})
 
+    def _stage_config(self, threads: int, precision: str, device: str = "CPU") -> StageConfig:
+        """How to compile what a coordinator asked for: the worker's own ``--device``,
+        ``--threads`` and ``--precision`` (unless auto) win over the request's."""
+        return StageConfig(
+            device=self.config.device or device,
+            threads=self.config.threads or threads,
+            precision=precision if self.config.precision == "auto" else self.config.precision,
+        )
+
     async def _load_stage(self, incoming: Incoming) -> None:
         try:
             spec = LoadSpec.from_meta(incoming.message.meta)
@@ -249,11 +258,7 @@ class WorkerAgent:
             text = f"{len(missing)} shard file(s) are missing or damaged: deploy them first"
             await self._reply_error(incoming, ErrorCode.MISSING_FILES, text, missing=missing)
             return
-        config = StageConfig(
-            device=self.config.device or spec.device,
-            threads=self.config.threads or spec.threads,
-            precision=spec.precision if self.config.precision == "auto" else self.config.precision,
-        )
+        config = self._stage_config(spec.threads, spec.precision, spec.device)
         started = time.perf_counter()
         async with self._compute:
             await self._drop_hosted()
@@ -277,10 +282,7 @@ class WorkerAgent:
         except ProbeSpecError as exc:
             await self._reply_error(incoming, ErrorCode.BAD_FIELD, str(exc))
             return
-        base = StageConfig(
-            threads=self.config.threads or spec.threads,
-            precision=spec.precision if self.config.precision == "auto" else self.config.precision,
-        )
+        base = self._stage_config(spec.threads, spec.precision)
         devices = list(spec.devices) or await asyncio.to_thread(stage_devices)
         cached = await asyncio.to_thread(cached_timings, spec, devices, base, self._timings)
         if len(cached) < len(devices):

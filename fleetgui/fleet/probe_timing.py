@@ -17,7 +17,7 @@ import json
 import logging
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -141,14 +141,7 @@ class ProbeResult:
     openvino: str = ""
 
     def to_meta(self) -> dict[str, Any]:
-        return {
-            "ms_per_layer": self.ms_per_layer,
-            "memory_bytes": self.memory_bytes,
-            "free_ram_bytes": self.free_ram_bytes,
-            "from_cache": self.from_cache,
-            "failed": self.failed,
-            "openvino": self.openvino,
-        }
+        return asdict(self)
 
 
 def stage_devices() -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +69,7 @@ class DeviceProfile:
 
     def with_ms_per_layer(self, ms_per_layer: float) -> DeviceProfile:
         """A copy with a new layer time (e.g. a drifted runtime measurement)."""
-        return DeviceProfile(
-            self.name,
-            self.memory_bytes,
-            ms_per_layer,
-            self.disk_read_bytes_per_s,
-            self.rtt_ms,
-            self.bandwidth_bytes_per_s,
-            self.ov_device,
-        )
+        return replace(self, ms_per_layer=ms_per_layer)  # validated again by __post_init__
 
     def to_dict(self) -> dict[str, Any]:
         """The ``DEVICES.json`` entry of this profile."""

@@ -132,20 +132,19 @@ def _fast_encoder(
     export's OpenVINO tokenizer's ids on every check text; else None."""
     if fast is None:
         return None
+    expected = [reference(text) for text in ENCODE_CHECK_TEXTS]
     for add_special in (True, False):
         try:
-            if all(
-                fast.encode(text, add_special_tokens=add_special).ids == reference(text)
-                for text in ENCODE_CHECK_TEXTS
-            ):
-
-                def encode(text: str, special: bool = add_special) -> list[int]:
-                    return list(fast.encode(text, add_special_tokens=special).ids)
-
-                return encode
+            got = [fast.encode(t, add_special_tokens=add_special).ids for t in ENCODE_CHECK_TEXTS]
         except Exception as exc:  # any failure: keep the OpenVINO tokenizer
             log.info("HF tokenizers cannot encode like the export (%s)", exc)
             return None
+        if got == expected:
+
+            def encode(text: str, special: bool = add_special) -> list[int]:
+                return list(fast.encode(text, add_special_tokens=special).ids)
+
+            return encode
     log.info("HF tokenizers encodes differently; using the OpenVINO tokenizer")
     return None
 
