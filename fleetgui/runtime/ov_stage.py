@@ -23,10 +23,10 @@ from openvino._pyopenvino import InferRequest as _RawInferRequest
 from fleetgui.runtime.head_ops import run_head
 from fleetgui.runtime.kv_mask import StreamMask
 from fleetgui.runtime.stage import (
+    BlockingStage,
     ForwardRequest,
     ForwardResult,
     LogitsHead,
-    Stage,
     StageError,
 )
 from fleetgui.shard import Shard
@@ -136,7 +136,7 @@ async def infer_async(
     request.wait()  # re-raises an inference error, if any
 
 
-class LocalStage(Stage):
+class LocalStage(BlockingStage):
     """An exported stage (``stage_*.xml`` or a monolithic model) compiled in this process.
 
     A stage exported in chunks has several models ("parts"); they run one after another on the
@@ -201,47 +201,76 @@ class LocalStage(Stage):
                 state.state = ov.Tensor(np.ascontiguousarray(data[:, :, keep, :]))
         slot.mask.compacted()
 
-    async def forward(self, request: ForwardRequest) -> ForwardResult:
+    @property
+    def lock(self) -> asyncio.Lock:
+        return self._lock
+
+    def _begin(self, request: ForwardRequest) -> tuple[_StreamSlot, list[dict[str, Any]]]:
+        """Apply the request's rewind and compaction and advance the stream's mask; the stream
+        and the inputs of the first part (later parts take the previous part's output)."""
         slot = self._slot(request.stream_id)
+        if request.rewind:
+            slot.mask.rewind(request.rewind)
+        if request.compact:
+            self._compact(slot)
+        attention_mask, positions = slot.mask.advance(request.n_positions)
+        attention_mask = attention_mask.copy()  # the mask buffer changes on rewind
+        inputs = []
+        for names in self._inputs:
+            part: dict[str, Any] = {"attention_mask": attention_mask, "position_ids": positions}
+            if "beam_idx" in names:
+                part["beam_idx"] = np.zeros(1, dtype=np.int32)
+            inputs.append(part)
+        main = "input_ids" if "input_ids" in self._inputs[0] else "hidden_in"
+        inputs[0][main] = request.payload
+        return slot, inputs
+
+    @staticmethod
+    def _link(slot: _StreamSlot, inputs: list[dict[str, Any]], part: int) -> dict[str, Any]:
+        """The inputs of ``part``: a later part takes the previous part's hidden states."""
+        if part:
+            inputs[part]["hidden_in"] = slot.requests[part - 1].get_tensor("hidden_out").data
+        return inputs[part]
+
+    def _finish(self, slot: _StreamSlot, request: ForwardRequest, started: float) -> ForwardResult:
+        result = ForwardResult(request.stream_id)
+        if self.is_last:
+            if isinstance(request.head, LogitsHead):
+                result.logits = slot.last.get_tensor("logits").data[0, -1].copy()
+            elif request.head is not None:
+                result.tokens, result.accepted = run_head(
+                    request.head, slot.last, has_top1="top1_ids" in self._outputs
+                )
+        else:
+            result.payload = slot.last.get_tensor("hidden_out").data.copy()
+        result.compute_ms[self.index] = (time.perf_counter() - started) * 1000
+        return result
+
+    def _failed(self, request: ForwardRequest, exc: Exception) -> StageError:
+        return StageError(
+            f"stage {self.index} ({self.shard}) failed on stream {request.stream_id}: {exc}"
+        )
+
+    async def forward(self, request: ForwardRequest) -> ForwardResult:
         async with self._lock:
             started = time.perf_counter()
             try:
-                if request.rewind:
-                    slot.mask.rewind(request.rewind)
-                if request.compact:
-                    self._compact(slot)
-                attention_mask, positions = slot.mask.advance(request.n_positions)
-                attention_mask = attention_mask.copy()  # the mask buffer changes on rewind
-                payload = request.payload
-                for part, (infer, names, dtypes) in enumerate(
-                    zip(slot.requests, self._inputs, self._dtypes, strict=True)
-                ):
-                    inputs: dict[str, Any] = {
-                        "input_ids" if "input_ids" in names else "hidden_in": payload,
-                        "attention_mask": attention_mask,
-                        "position_ids": positions,
-                    }
-                    if "beam_idx" in names:
-                        inputs["beam_idx"] = np.zeros(1, dtype=np.int32)
-                    await infer_async(infer, inputs, dtypes)
-                    if part < len(slot.requests) - 1:
-                        payload = infer.get_tensor("hidden_out").data
+                slot, inputs = self._begin(request)
+                for part, infer in enumerate(slot.requests):
+                    await infer_async(infer, self._link(slot, inputs, part), self._dtypes[part])
             except Exception as exc:
-                raise StageError(
-                    f"stage {self.index} ({self.shard}) failed on stream {request.stream_id}: {exc}"
-                ) from exc
-            result = ForwardResult(request.stream_id)
-            if self.is_last:
-                if isinstance(request.head, LogitsHead):
-                    result.logits = slot.last.get_tensor("logits").data[0, -1].copy()
-                elif request.head is not None:
-                    result.tokens, result.accepted = run_head(
-                        request.head, slot.last, has_top1="top1_ids" in self._outputs
-                    )
-            else:
-                result.payload = slot.last.get_tensor("hidden_out").data.copy()
-            result.compute_ms[self.index] = (time.perf_counter() - started) * 1000
-        return result
+                raise self._failed(request, exc) from exc
+            return self._finish(slot, request, started)
+
+    def forward_blocking(self, request: ForwardRequest) -> ForwardResult:
+        started = time.perf_counter()
+        try:
+            slot, inputs = self._begin(request)
+            for part, infer in enumerate(slot.requests):
+                infer_now(infer, self._link(slot, inputs, part), self._dtypes[part])
+        except Exception as exc:
+            raise self._failed(request, exc) from exc
+        return self._finish(slot, request, started)
 
     async def rewind(self, stream_id: int, n_positions: int) -> None:
         self._slot(stream_id).mask.rewind(n_positions)

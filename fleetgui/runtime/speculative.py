@@ -10,18 +10,21 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
-from fleetgui.runtime.stage import ForwardRequest, LogitsHead
+from fleetgui.runtime.stage import ForwardRequest, LogitsHead, run_off_loop
 
 log = logging.getLogger(__name__)
 
 K_MIN, K_MAX = 1, 16
+_T = TypeVar("_T")
 
 
 def check_k(k: int) -> int:
@@ -57,9 +60,10 @@ class DraftModel:
     def _tokens(self, stream_id: int) -> FedTokens:
         return self._fed.setdefault(stream_id, FedTokens())
 
-    async def _feed(self, stream_id: int, sequence: list[int], stable: int) -> np.ndarray:
+    def _feed(self, stream_id: int, sequence: list[int], stable: int) -> np.ndarray:
         """Bring the draft's cache to ``sequence`` (its first ``stable`` tokens committed, the
-        rest this round's drafts); the logits after its last token."""
+        rest this round's drafts); the logits after its last token. Runs off the event loop,
+        holding the stage's lock (see :meth:`_off_loop`)."""
         fed = self._tokens(stream_id)
         rewind, pending = fed.plan(sequence, stable)
         if not pending:  # cache already ends with the committed text: re-feed its last token
@@ -69,7 +73,7 @@ class DraftModel:
             chunk = pending[start : start + self.prefill_chunk]
             fed.applied(rewind, [])
             compact = self.policy.should_compact(fed, len(chunk), self.context_limit)
-            result = await self.stage.forward(
+            result = self.stage.forward_blocking(
                 ForwardRequest(
                     stream_id,
                     np.array([chunk], dtype=np.int64),
@@ -87,10 +91,17 @@ class DraftModel:
             raise RuntimeError("draft model returned no logits")
         return logits
 
+    async def _off_loop(self, fn: Callable[..., _T], *args: object) -> _T:
+        """``fn(*args)`` on a worker thread while holding the draft stage: a proposal's K
+        passes then cost two thread wake-ups instead of two each (the draft is small, so
+        wake-ups were most of its time)."""
+        async with self.stage.lock:
+            return await run_off_loop(fn, *args)
+
     async def prefill(self, stream_id: int, committed: list[int]) -> None:
         """Feed the prompt ahead of the first proposal (overlaps the target's prefill)."""
         prompt = committed[:-1] or committed
-        await self._feed(stream_id, prompt, len(prompt))
+        await self._off_loop(self._feed, stream_id, prompt, len(prompt))
 
     async def propose(
         self,
@@ -101,10 +112,20 @@ class DraftModel:
         rng: np.random.Generator,
     ) -> Proposal:
         """K draft tokens continuing ``committed`` (greedy, or sampled with their distributions)."""
+        return await self._off_loop(self._propose, stream_id, committed, k, params, rng)
+
+    def _propose(
+        self,
+        stream_id: int,
+        committed: list[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Proposal:
         started = time.perf_counter()
         drafts: list[int] = []
         dists: list[SparseDist] = []
-        logits = await self._feed(stream_id, committed, len(committed))
+        logits = self._feed(stream_id, committed, len(committed))
         for i in range(k):
             if params.greedy:
                 token = int(np.argmax(logits))
@@ -114,7 +135,7 @@ class DraftModel:
                 dists.append(SparseDist.from_dense(probs))
             drafts.append(token)
             if i < k - 1:
-                logits = await self._feed(stream_id, committed + drafts, len(committed))
+                logits = self._feed(stream_id, committed + drafts, len(committed))
         return Proposal(drafts, dists, (time.perf_counter() - started) * 1000)
 
     async def release(self, stream_id: int) -> None:
