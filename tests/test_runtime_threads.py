@@ -100,9 +100,11 @@ def test_a_lone_request_runs_its_stages_on_one_worker_thread(exports: dict) -> N
     assert all(thread != loop_thread for _, thread, _ in alone.calls)
     passes = list(zip(alone.calls[::2], alone.calls[1::2], strict=True))
     assert all(a[0] == "stage0" and b[0] == "stage1" and a[1] == b[1] for a, b in passes)
-    # Two streams at once overlap stage by stage (the asynchronous path), and the text is the
-    # same whichever path a pass took.
-    assert any(kind == "async" for _, _, kind in together.calls)
+    # Two streams at once overlap stage by stage (the asynchronous path; a stream takes the
+    # one-thread path only while it is alone), and the text is the same whichever path a pass
+    # took.
+    kinds = [kind for _, _, kind in together.calls]
+    assert kinds.count("async") > 4 * kinds.count("blocking")  # one-thread only while alone
     assert pair[0][:10] == single
 
 

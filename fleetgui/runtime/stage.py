@@ -137,6 +137,10 @@ class BlockingStage(Stage):
         """Held by whoever runs this stage; :meth:`forward` takes it itself."""
 
     @abstractmethod
+    def stream_ids(self) -> list[int]:
+        """The streams that hold state on this stage."""
+
+    @abstractmethod
     def forward_blocking(self, request: ForwardRequest) -> ForwardResult:
         """:meth:`forward`, synchronously; the caller holds :attr:`lock` and is off the loop."""
 
