@@ -94,11 +94,13 @@ def test_a_lone_request_runs_its_stages_on_one_worker_thread(exports: dict) -> N
         return single.token_ids, [r.token_ids for r in pair], alone, together, loop_thread
 
     single, pair, alone, together, loop_thread = asyncio.run(main())
-    # One request at a time: every forward ran blocking, off the loop, both stages of a pass
-    # on the same thread, one after the other.
-    assert alone.calls and all(kind == "blocking" for _, _, kind in alone.calls)
-    assert all(thread != loop_thread for _, thread, _ in alone.calls)
-    passes = list(zip(alone.calls[::2], alone.calls[1::2], strict=True))
+    # One request at a time: after the prompt's pass, every forward ran blocking, off the
+    # loop, both stages of a pass on the same thread, one after the other.
+    prompt, decode = alone.calls[:2], alone.calls[2:]
+    assert [kind for _, _, kind in prompt] == ["async", "async"]
+    assert len(decode) == 2 * 9 and all(kind == "blocking" for _, _, kind in decode)
+    assert all(thread != loop_thread for _, thread, _ in decode)
+    passes = list(zip(decode[::2], decode[1::2], strict=True))
     assert all(a[0] == "stage0" and b[0] == "stage1" and a[1] == b[1] for a, b in passes)
     # Two streams at once overlap stage by stage (the asynchronous path; a stream takes the
     # one-thread path only while it is alone), and the text is the same whichever path a pass

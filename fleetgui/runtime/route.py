@@ -22,6 +22,9 @@ from fleetgui.runtime.stage import (
     run_off_loop,
 )
 
+#: Longest pass :class:`LocalRoute` runs on one thread: decode and verify passes (K + 1).
+MAX_ONE_THREAD_POSITIONS = 32
+
 
 class Route(ABC):
     """The target model's stages, as one thing to run requests through."""
@@ -48,10 +51,11 @@ class LocalRoute(Route):
     """Stages in this process, run one after another per request. Requests of different streams
     overlap: while one stream is on stage k, another can be on stage k+1.
 
-    A request of the only stream these stages hold, with nothing else in flight, runs through
-    all of them on one worker thread (:class:`~fleetgui.runtime.stage.BlockingStage`): there is
-    nothing to overlap it with, and it saves two thread wake-ups per extra stage. Measured on the
-    bench Llama, 2 stages, one stream: 0.96 of a bare synchronous loop's speed instead of 0.91.
+    A decode or verify pass of the only stream these stages hold, with nothing else in flight,
+    runs through all of them on one worker thread
+    (:class:`~fleetgui.runtime.stage.BlockingStage`): there is nothing to overlap it with, and
+    it saves two thread wake-ups per extra stage. Measured on the bench Llama, 2 stages, one
+    stream: 0.96 of a bare synchronous loop's speed instead of 0.91.
     """
 
     def __init__(self, stages: Sequence[Stage]) -> None:
@@ -67,16 +71,23 @@ class LocalRoute(Route):
     def n_stages(self) -> int:
         return len(self.stages)
 
-    def _alone(self, stream_id: int) -> bool:
-        """Whether ``stream_id`` is the only stream these stages hold and nothing runs: with
-        another stream about, taking every stage at once would stall it (measured: 2 streams
-        lost 3 % of their aggregate when a pass found the route idle and took all of it)."""
-        if self._in_flight or not self._threadable:
+    def _alone(self, request: ForwardRequest) -> bool:
+        """Whether ``request`` is a decode or verify pass of the only stream these stages hold,
+        with nothing else running. With another stream about, taking every stage at once would
+        stall it; and a stream that arrives while a long pass holds every stage would wait for
+        all of it instead of following it stage by stage. So a stream's first pass (its prompt)
+        and passes longer than :data:`MAX_ONE_THREAD_POSITIONS` go stage by stage."""
+        if (
+            self._in_flight
+            or not self._threadable
+            or request.n_positions > MAX_ONE_THREAD_POSITIONS
+        ):
             return False
-        return all(set(stage.stream_ids()) <= {stream_id} for stage in self._threadable)
+        # == : the stream's first pass (its prompt) also goes stage by stage
+        return all(stage.stream_ids() == [request.stream_id] for stage in self._threadable)
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
-        alone = self._alone(request.stream_id)
+        alone = self._alone(request)
         self._in_flight += 1
         try:
             if alone:
