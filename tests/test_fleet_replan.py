@@ -215,7 +215,12 @@ def test_fleet_moves_a_stage_off_a_worker_that_slows_down(
                 assert result.token_ids == reference
                 assert session.rebalances == 1, session.replanner.events
                 assert session.assignment == Assignment((0,), (Member("a", (1, 2)),), ("b",))
-                assert any(e.startswith("b: 1.00 ->") for e in session.replanner.events)
+                # Other devices drift too while b is stopped (a and pc get more CPU; seen:
+                # "a: 1.00 -> 1.27", "pc: 3.00 -> 2.36", layouts kept): which drift the monitor
+                # reads first decides the event's wording, not the outcome checked above.
+                events = session.replanner.events
+                assert sum("re-planned" in e for e in events) == 1, events
+                assert any(e.startswith(("b: ", "a: ")) for e in events), events
                 host, port = b.address.rsplit(":", 1)
                 assert not (await probe(host, int(port))).busy  # b's stage was unloaded
                 await _assert_new_chat_is_exact(session, reference)
