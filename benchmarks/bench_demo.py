@@ -18,6 +18,7 @@ from typing import Any
 
 from common import print_figures
 
+from fleetgui.demo.session import DEMO_WEIGHTS
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
 
 HELD_OUT = (
@@ -47,7 +48,7 @@ async def measure(pipe: Pipeline, k: int | None, speculative: bool, tokens: int)
 async def run(args: argparse.Namespace) -> None:
     from fleetgui.demo.session import start_demo
 
-    demo = await start_demo(args.size)
+    demo = await start_demo(args.size, weights=args.weights)
     ks: list[int | None] = [1, 2, 3, 4, 6, 8, None]
     figures: dict[str, dict[str, list[float]]] = {}
     try:
@@ -78,7 +79,8 @@ async def run(args: argparse.Namespace) -> None:
             )
         )
     print_figures(
-        f"demo benchmark: {args.size} pair, 2 local workers, {len(HELD_OUT)} held-out prompts, "
+        f"demo benchmark: {args.size} pair (target {args.weights}), 2 local workers, "
+        f"{len(HELD_OUT)} held-out prompts, "
         f"{args.tokens} new tokens, median of {args.repeats}",
         rows,
         {n: {m: [round(x, 3) for x in v] for m, v in e.items()} for n, e in figures.items()},
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--size", choices=("small", "tiny"), default="small")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--weights", default=DEMO_WEIGHTS, help="the target's weight format")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(run(args))

@@ -35,6 +35,7 @@ from bench_export import PROMPT, best_genai, genai_configs_tok_s, record_genai
 from common import bench_cache, bench_llama, ensure_export, print_figures
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
+from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.runtime.loader import LocalPipelineConfig
@@ -222,14 +223,19 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     pair = load_pair(args.demo)
     tag = args.demo_layers.replace(":", "-").replace(",", "_") if args.demo_layers else "even"
     split = {"layers": args.demo_layers} if args.demo_layers else {"stages": 2}
-    target2 = ensure_export(pair.target_dir, f"demo-target-2stage-{tag}", weights="fp16", **split)
-    mono = ensure_export(pair.target_dir, "demo-target-mono", monolithic=True, weights="fp16")
-    draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights="fp16")
+    weights = args.demo_weights
+    target2 = ensure_export(
+        pair.target_dir, f"demo-target-2stage-{tag}-{weights}", weights=weights, **split
+    )
+    mono = ensure_export(
+        pair.target_dir, f"demo-target-mono-{weights}", monolithic=True, weights=weights
+    )
+    draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights=DRAFT_WEIGHTS)
     runs: dict[str, list[float]] = {"mb2": [], "acceptance": []}
     with fleet_workers(["w1"], identity) as workers:
         endpoints = [w.endpoint for w in workers]
         for _ in range(args.repeats):
-            record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, "fp16"))
+            record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, weights))
             result = asyncio.run(
                 fleet_run(identity, endpoints, target2, args.tokens, 2, draft=draft)
             )
@@ -259,6 +265,11 @@ def main() -> None:
     parser.add_argument("--demo-layers", help="part C's 2-stage split (default: even)")
     parser.add_argument("--parts", default="AB", help="which parts to run (A, B, C)")
     parser.add_argument("--demo", type=Path, help="demo pair folder for part C")
+    parser.add_argument(
+        "--demo-weights",
+        default=DEMO_WEIGHTS,
+        help="part C's target weights (the demo's); the draft is as in the demo",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.sched_setaffinity(0, {0})  # the coordinator's PC
