@@ -148,19 +148,21 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     )
 
     mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
-    runs: dict[str, list[float]] = {"pp1": [], "pp2": [], "ttft": []}
+    runs: dict[str, list[float]] = {"pp1": [], "pp1_all": [], "pp2": [], "ttft": []}
     with fleet_workers(["w1"], identity) as workers:
         endpoints = [w.endpoint for w in workers]
         for _ in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, args.weights))
             one = asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 1))
-            runs["pp1"].append(one["per_stream"])
+            runs["pp1"].append(one["per_stream"])  # decode rate, as genai's
+            runs["pp1_all"].append(one["aggregate"])  # all tokens / wall, as pp2's
             runs["ttft"].append(one["ttft_ms"])
             runs["pp2"].append(
                 asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 2))["aggregate"]
             )
     med = {k: statistics.median(v) for k, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
+    streams = statistics.median(b / a for a, b in zip(runs["pp1_all"], runs["pp2"], strict=True))
     FIGURES["A"] = runs
     return [
         (f"A genai monolithic, 1 core, its best ({genai_name})", f"{med['genai']:.1f} tok/s"),
@@ -169,8 +171,9 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
             f"{med['pp1']:.1f} tok/s (TTFT {med['ttft']:.0f} ms)",
         ),
         ("A ratio fleet / genai (target >= 0.9)", f"{med['pp1'] / med['genai']:.3f}"),
-        ("A fleet 2 streams aggregate", f"{med['pp2']:.1f} tok/s"),
-        ("A ratio 2 streams / 1 (target >= 1.85)", f"{med['pp2'] / med['pp1']:.2f}x"),
+        ("A fleet 1 stream, all tokens / wall", f"{med['pp1_all']:.1f} tok/s"),
+        ("A fleet 2 streams, all tokens / wall", f"{med['pp2']:.1f} tok/s"),
+        ("A ratio 2 streams / 1, paired by repeat (target >= 1.85)", f"{streams:.2f}x"),
     ]
 
 
