@@ -55,7 +55,9 @@ def safe_stage_config(config: StageConfig, weight_format: str) -> StageConfig:
     if weight_format in ("int4", "int8"):
         return replace(config, precision="f32-dq")
     if weight_format in ("fp32", "fp16") and _single_thread(config):
-        log.warning(
+        # chosen for the user, nothing to act on: not a warning (the demo's draft hits it on
+        # every start)
+        log.info(
             "%s weights on one CPU thread: computing in f32 (bf16 crashes here)", weight_format
         )
         return replace(config, precision="f32")
