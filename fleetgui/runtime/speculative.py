@@ -189,25 +189,31 @@ class AutoK:
 
     def round_ms(self, k: int) -> float:
         """A round's expected time at ``k`` (once a round was recorded)."""
-        if k in self._round:
-            return self._round[k]
+        return self._round_costs()[k - K_MIN]
+
+    def _round_costs(self) -> list[float]:
+        """The expected round time for every K from :data:`K_MIN` to :data:`K_MAX`: measured
+        where that K ran, else on the line through the Ks that did (fitted once)."""
         points = sorted(self._round.items())
         if len(points) >= 2:
             ks = np.array([p[0] for p in points], dtype=float)
             ms = np.array([p[1] for p in points], dtype=float)
-            slope, intercept = np.polyfit(ks, ms, 1)
-            return max(float(intercept + slope * k), 1e-3)
-        base_k, base_ms = points[0]
-        return base_ms * (1 + 0.1 * (k - base_k))  # a draft adds a pass, the verify a position
+            slope, intercept = (float(v) for v in np.polyfit(ks, ms, 1))
+        else:  # one K so far: a draft adds a pass, the verify a position
+            ((base_k, base_ms),) = points
+            slope, intercept = 0.1 * base_ms, base_ms * (1 - 0.1 * base_k)
+        return [
+            self._round.get(k, max(intercept + slope * k, 1e-3)) for k in range(K_MIN, K_MAX + 1)
+        ]
 
     def choose(self) -> int:
         if not self._round:
             return self.initial_k
         a = min(max(self.alpha, 0.01), 0.99)
+        costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms a round
         best_k, best_rate = K_MIN, -math.inf
-        for k in range(K_MIN, K_MAX + 1):
-            tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / self.round_ms(k)
+        for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True):
+            rate = (1 - a ** (k + 1)) / (1 - a) / ms
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
