@@ -7,7 +7,6 @@ coordinator runs stage 0 and the workers pass the activations along the ring the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -19,7 +18,7 @@ from fleetgui.runtime.stage import (
     ForwardRequest,
     ForwardResult,
     Stage,
-    run_off_loop,
+    run_holding,
 )
 
 #: Longest pass :class:`LocalRoute` runs on one thread: decode and verify passes (K + 1).
@@ -98,10 +97,7 @@ class LocalRoute(Route):
             self._in_flight -= 1
 
     async def _run_in_one_thread(self, request: ForwardRequest) -> ForwardResult:
-        async with contextlib.AsyncExitStack() as held:
-            for stage in self._threadable:  # in order, as stage-by-stage requests take them
-                await held.enter_async_context(stage.lock)
-            return await run_off_loop(self._run_blocking, request)
+        return await run_holding(self._threadable, self._run_blocking, request)
 
     def _run_blocking(self, request: ForwardRequest) -> ForwardResult:
         return self._chain(request, [stage.forward_blocking for stage in self._threadable])

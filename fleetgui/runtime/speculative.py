@@ -10,21 +10,18 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
 from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
-from fleetgui.runtime.stage import ForwardRequest, LogitsHead, run_off_loop
+from fleetgui.runtime.stage import ForwardRequest, LogitsHead, run_holding
 
 log = logging.getLogger(__name__)
 
 K_MIN, K_MAX = 1, 16
-_T = TypeVar("_T")
 
 
 def check_k(k: int) -> int:
@@ -63,7 +60,7 @@ class DraftModel:
     def _feed(self, stream_id: int, sequence: list[int], stable: int) -> np.ndarray:
         """Bring the draft's cache to ``sequence`` (its first ``stable`` tokens committed, the
         rest this round's drafts); the logits after its last token. Runs off the event loop,
-        holding the stage's lock (see :meth:`_off_loop`)."""
+        holding the stage's lock (:func:`~fleetgui.runtime.stage.run_holding`)."""
         fed = self._tokens(stream_id)
         rewind, pending = fed.plan(sequence, stable)
         if not pending:  # cache already ends with the committed text: re-feed its last token
@@ -91,17 +88,10 @@ class DraftModel:
             raise RuntimeError("draft model returned no logits")
         return logits
 
-    async def _off_loop(self, fn: Callable[..., _T], *args: object) -> _T:
-        """``fn(*args)`` on a worker thread while holding the draft stage: a proposal's K
-        passes then cost two thread wake-ups instead of two each (the draft is small, so
-        wake-ups were most of its time)."""
-        async with self.stage.lock:
-            return await run_off_loop(fn, *args)
-
     async def prefill(self, stream_id: int, committed: list[int]) -> None:
         """Feed the prompt ahead of the first proposal (overlaps the target's prefill)."""
         prompt = committed[:-1] or committed
-        await self._off_loop(self._feed, stream_id, prompt, len(prompt))
+        await run_holding([self.stage], self._feed, stream_id, prompt, len(prompt))
 
     async def propose(
         self,
@@ -112,7 +102,9 @@ class DraftModel:
         rng: np.random.Generator,
     ) -> Proposal:
         """K draft tokens continuing ``committed`` (greedy, or sampled with their distributions)."""
-        return await self._off_loop(self._propose, stream_id, committed, k, params, rng)
+        # all K passes on one worker thread: two thread wake-ups instead of two each (the draft
+        # is small, so wake-ups were most of its time)
+        return await run_holding([self.stage], self._propose, stream_id, committed, k, params, rng)
 
     def _propose(
         self,

@@ -10,8 +10,9 @@ stage runs a ``HeadOp`` on its logits, so only token ids (never full logits) lea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -157,3 +158,13 @@ async def run_off_loop(fn: Callable[..., _T], *args: object) -> _T:
     except asyncio.CancelledError:
         await asyncio.wait([future])
         raise
+
+
+async def run_holding(stages: Sequence[BlockingStage], fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` off the loop (:func:`run_off_loop`) while holding every stage's
+    :attr:`~BlockingStage.lock`, taken in the stages' order (the order every caller takes
+    them in, so two callers never wait on each other's half)."""
+    async with contextlib.AsyncExitStack() as held:
+        for stage in stages:
+            await held.enter_async_context(stage.lock)
+        return await run_off_loop(fn, *args)
