@@ -316,3 +316,37 @@ def test_chunked_stages_bound_conversion_and_run_like_whole_ones(
             await pipe.close()
 
     assert asyncio.run(tokens(out)) == asyncio.run(tokens(llama_2stage))
+
+
+def test_a_model_retrained_in_place_is_exported_again(llama: Path, tmp_path: Path) -> None:
+    """Same names and shapes, other values (a retrained or fine-tuned model saved over the old
+    one): the old shards must not be reused, and the two exports carry different identities."""
+    from safetensors.numpy import load_file, save_file
+
+    from fleetgui.export.model_source import open_model_source
+
+    model = tmp_path / "model"
+    shutil.copytree(llama, model)
+    out = tmp_path / "e"
+    export_model(ExportRequest(model, out, stages=2, weights="fp32"))
+    first = read_manifest(out)
+    assert open_model_source(model).identity_hash == first.model_hash
+
+    weights = model / "model.safetensors"
+    tensors = load_file(str(weights))
+    save_file(tensors, str(weights), metadata={"format": "pt"})  # re-saved, values unchanged
+    assert open_model_source(model).identity_hash == first.model_hash
+
+    name = "model.layers.1.mlp.down_proj.weight"  # one tensor of one stage changes
+    tensors[name] = (tensors[name] * 1.01).astype(tensors[name].dtype)
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    messages: list[str] = []
+    export_model(
+        ExportRequest(model, out, stages=2, weights="fp32"),
+        progress=lambda p: messages.append(p.message),
+    )
+    second = read_manifest(out)
+    assert second.model_hash != first.model_hash
+    assert second.model_id != first.model_id
+    assert not any("up to date" in m or "reused" in m for m in messages), messages
+    verify_export(out, model)

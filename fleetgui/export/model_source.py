@@ -1,7 +1,8 @@
 """A HuggingFace model folder on disk: validation, identity and weight sizes, without loading it.
 
-Everything here reads ``config.json`` and the safetensors headers only, so it is cheap even for a
-70B model.
+Everything here reads ``config.json``, the safetensors headers and a few bytes of each tensor
+(:data:`SAMPLE_BYTES` at its start, middle and end, for the model's identity), so it is cheap even
+for a 70B model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from typing import Any
 from fleetgui.errors import FleetguiError
 
 log = logging.getLogger(__name__)
+
+#: Bytes of each tensor, at its start, middle and end, that go into the model's identity: a
+#: retrained or fine-tuned model saved over the old one (same names and shapes) must not reuse
+#: the old one's shards, and shards of the two must never be mixed in one pipeline.
+SAMPLE_BYTES = 64
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -65,7 +71,7 @@ class ModelSource:
     path: Path
     config: dict[str, Any]
     tensors: dict[str, TensorInfo]  # weight name -> location, from the safetensors headers
-    identity_hash: str  # sha256 over config.json and the weights' names, dtypes and shapes
+    identity_hash: str  # sha256: config.json; each weight's name, dtype, shape and sampled bytes
 
     @property
     def name(self) -> str:
@@ -157,6 +163,21 @@ def _weight_files(path: Path) -> list[Path]:
     return files
 
 
+def _digest_samples(digest: Any, file: Path, spans: list[tuple[int, int]]) -> None:
+    """Add :data:`SAMPLE_BYTES` from the start, middle and end of each tensor's data."""
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            base = 8 + length
+            for begin, end in spans:
+                middle = (begin + end) // 2
+                for offset in sorted({begin, middle, max(begin, end - SAMPLE_BYTES)}):
+                    handle.seek(base + offset)
+                    digest.update(handle.read(min(SAMPLE_BYTES, end - offset)))
+    except OSError as exc:
+        raise ModelSourceError(f"cannot read weights {file}: {exc}") from exc
+
+
 def open_model_source(path: Path) -> ModelSource:
     """Validate a HuggingFace model folder and describe it, reading only headers."""
     path = Path(path)
@@ -179,12 +200,13 @@ def open_model_source(path: Path) -> ModelSource:
     for file in _weight_files(path):
         header = read_safetensors_header(file)
         data_bytes = file.stat().st_size - 8
+        spans: list[tuple[int, int]] = []
         for name, entry in sorted(header.items()):
             if name == "__metadata__":
                 continue
             try:
                 info = TensorInfo(file, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]))
-                end = int(entry["data_offsets"][1])
+                begin, end = (int(x) for x in entry["data_offsets"])
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise ModelSourceError(f"{file} is corrupt: bad entry for {name}") from exc
             if end > data_bytes:
@@ -194,6 +216,8 @@ def open_model_source(path: Path) -> ModelSource:
                 )
             tensors[name] = info
             digest.update(f"{name}:{info.dtype}:{info.shape}".encode())
+            spans.append((begin, end))
+        _digest_samples(digest, file, spans)
     if not tensors:
         raise ModelSourceError(f"{path} has weight files but no tensors in them")
     source = ModelSource(path, config, tensors, digest.hexdigest())
