@@ -206,6 +206,11 @@ def test_pair_is_two_llamas_sharing_one_tokenizer(demo_pair_tiny: Path) -> None:
     assert info["corpus"]["train_files"] > 10
     assert info["corpus"]["heldout_files"] > 0
     assert len(info["sha256"]) == 64
+    python = info["python"]  # greedy completions of held-out code, checked by the compiler
+    assert python["prompts"] == TINY.acceptance.num_prompts
+    assert python["new_tokens"] == TINY.acceptance.gen_len
+    assert 0.0 <= python["valid_prefix"] <= 1.0
+    assert 0.0 < python["distinct_4grams"] <= 1.0
 
 
 @pytest.mark.slow
@@ -235,6 +240,7 @@ def test_cli_rebuild_over_an_incomplete_folder_is_identical_then_reused(
     assert result.returncode == 0, result.stderr
     assert f"built tiny demo pair in {out}" in result.stdout
     assert "K=2" in result.stdout and "K=8" in result.stdout
+    assert "held-out code prompts" in result.stdout and "valid Python" in result.stdout
     for label in PHASE_LABELS.values():  # one progress bar per phase, on stderr
         assert label in result.stderr
     assert "100%" in result.stderr
@@ -251,6 +257,7 @@ def test_cli_rebuild_over_an_incomplete_folder_is_identical_then_reused(
     assert second["training"] == first["training"]
     assert second["acceptance"] == first["acceptance"]
     assert second["sample"] == first["sample"]
+    assert second["python"] == first["python"]
 
     before = (out / "target" / "model.safetensors").stat().st_mtime_ns
     again = run_cli("demo-model", "--size", "tiny", "--out", str(out), home=home)

@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
         f"  final loss: target {training['target']['final_loss']:.3f}, "
         f"draft {training['draft']['final_loss']:.3f}; built in {info['build_time_s']:.0f} s"
     )
+    python = info["python"]
+    print(
+        f"  greedy completions of {python['prompts']} held-out code prompts "
+        f"({python['new_tokens']} tokens): {python['valid_prefix']:.0%} valid Python, "
+        f"{python['distinct_4grams']:.0%} of their 4-grams distinct"
+    )
     sample = info["sample"]
     print("  the target's greedy continuation of a code prompt:")
     for line in (sample["prompt"] + sample["completion"]).splitlines():

@@ -4,7 +4,8 @@ Layout of a build folder::
 
     DIR/target/          HF model folder: config.json, model.safetensors, generation_config.json,
     DIR/draft/           tokenizer.json, tokenizer_config.json (same tokenizer in both)
-    DIR/demo_model.json  recipe, seeds, parameter counts, losses, acceptance, timings, hashes
+    DIR/demo_model.json  recipe, seeds, parameter counts, losses, acceptance, code checks,
+                         timings, hashes
 
 The build happens in a hidden sibling folder, ``.DIR.partial-PID``, that is renamed to ``DIR`` only
 when complete (after ``demo_model.json``), so an interrupted build never leaves a folder that looks

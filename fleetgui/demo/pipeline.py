@@ -12,6 +12,7 @@ from fleetgui.demo.acceptance import heldout_prompts, measure_acceptance
 from fleetgui.demo.corpus import load_corpus
 from fleetgui.demo.distill import build_distill_set, greedy_generate, train_draft
 from fleetgui.demo.progress import PhaseTracker
+from fleetgui.demo.python_quality import block_prompts, measure_python
 from fleetgui.demo.spec import DemoSpec
 from fleetgui.demo.tokenizer import encode_files, train_tokenizer, wrap_tokenizer
 from fleetgui.demo.train import (
@@ -156,6 +157,8 @@ def run_pipeline(spec: DemoSpec, out: Path, phases: PhaseTracker) -> dict[str, A
             prompts = heldout_prompts(heldout.ids, acc.num_prompts, acc.prompt_len)
             result, _ = measure_acceptance(target, draft, prompts, acc.gen_len, max_k=acc.max_k)
             sample = sample_completion(target, tokenizer, SAMPLE_PROMPT, SAMPLE_TOKENS)
+            code_prompts = block_prompts([f.text for f in corpus.heldout], acc.num_prompts)
+            python = measure_python(target, tokenizer, code_prompts, acc.gen_len)
 
     with phases.phase("save"):
         _save(out, tokenizer, target=target, draft=draft)
@@ -183,6 +186,7 @@ def run_pipeline(spec: DemoSpec, out: Path, phases: PhaseTracker) -> dict[str, A
         },
         "acceptance": result.to_dict(),
         "sample": {"prompt": SAMPLE_PROMPT, "completion": sample},
+        "python": python.to_dict(),
         "determinism": (
             "Same weights for the same Python standard library (Python version), fleetgui, "
             "torch/transformers/tokenizers versions and CPU kernels; threads fixed, seeded "

@@ -31,7 +31,7 @@ PHASE_LABELS: dict[str, str] = {
     "target": "training target",
     "distill-data": "target continuations",
     "draft": "distilling draft",
-    "acceptance": "measuring acceptance",
+    "acceptance": "measuring acceptance and code",
     "save": "saving",
 }
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Version of the build recipe; part of the cache key of a built pair.
-BUILDER_VERSION = 4
+BUILDER_VERSION = 5
 
 #: Sizes :func:`fleetgui.demo.build_demo_pair` knows.
 SIZES: tuple[str, ...] = ("small", "tiny")
@@ -39,7 +39,9 @@ class ModelDims:
 
 @dataclass(frozen=True)
 class TrainSchedule:
-    """AdamW with linear warm-up and cosine decay to ``min_lr_ratio * lr``."""
+    """Linear warm-up and cosine decay to ``min_lr_ratio`` of the peak rates. AdamW at ``lr``
+    trains everything, unless ``muon_lr`` is set: then Muon at that rate trains the matrices
+    inside the transformer blocks and AdamW the embedding, the head and the norms."""
 
     steps: int
     batch_size: int
@@ -49,6 +51,7 @@ class TrainSchedule:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    muon_lr: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,15 @@ class DemoSpec:
     tokens instead of 0.43M and ended ~1 nat lower (final loss 3.88 versus 4.84) in less time
     (target phase 380 s versus 673 s). Batches stay small (8 x 256 tokens; measured earlier: a
     4x larger batch with 4x fewer steps ends ~0.5 nats worse).
+
+    The blocks' matrices of both models train with Muon (builder 5). A target step costs
+    20-50 % more than with AdamW (the orthogonalisation), so 400 steps take about the time 600
+    did, and the target ends better on held-out code: loss 4.09 after 420 Muon steps against
+    4.36 after 600 AdamW steps (four batches of eight held-out windows of 256 tokens; 3.95
+    after 600 Muon steps, which take too long). A draft distilled in 400 steps from a 420-step
+    Muon target agreed with it on 83.7 % of held-out tokens with Muon (lr 0.02) against 81.2 %
+    with AdamW (blocks of 4: 62.7 % against 58.3 %), for 6 s more. The build records how often
+    the target's greedy completions of held-out code are valid Python (``python``).
     """
 
     size: str
@@ -133,13 +145,17 @@ SMALL = DemoSpec(
     draft=ModelDims(
         hidden_size=192, intermediate_size=512, num_layers=2, num_heads=3, num_kv_heads=1
     ),
-    target_train=TrainSchedule(steps=600, batch_size=8, seq_len=256, lr=3e-3, warmup_steps=30),
+    target_train=TrainSchedule(
+        steps=400, batch_size=8, seq_len=256, lr=3e-3, warmup_steps=20, muon_lr=0.05
+    ),
     distill=DistillSpec(
         num_prompts=384,
         prompt_len=64,
         gen_len=128,
         gen_batch=128,
-        schedule=TrainSchedule(steps=400, batch_size=8, seq_len=192, lr=3e-3, warmup_steps=10),
+        schedule=TrainSchedule(
+            steps=400, batch_size=8, seq_len=192, lr=3e-3, warmup_steps=10, muon_lr=0.02
+        ),
     ),
     acceptance=AcceptanceSpec(num_prompts=32, prompt_len=64, gen_len=64),
     threads=2,
@@ -157,13 +173,17 @@ TINY = DemoSpec(
     draft=ModelDims(
         hidden_size=64, intermediate_size=192, num_layers=1, num_heads=2, num_kv_heads=1
     ),
-    target_train=TrainSchedule(steps=60, batch_size=8, seq_len=128, lr=3e-3, warmup_steps=5),
+    target_train=TrainSchedule(
+        steps=60, batch_size=8, seq_len=128, lr=3e-3, warmup_steps=5, muon_lr=0.05
+    ),
     distill=DistillSpec(
         num_prompts=32,
         prompt_len=32,
         gen_len=32,
         gen_batch=32,
-        schedule=TrainSchedule(steps=40, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=4),
+        schedule=TrainSchedule(
+            steps=40, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=4, muon_lr=0.02
+        ),
     ),
     acceptance=AcceptanceSpec(num_prompts=8, prompt_len=32, gen_len=32),
     threads=1,

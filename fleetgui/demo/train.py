@@ -141,17 +141,47 @@ def lr_at(step: int, schedule: TrainSchedule) -> float:
     return floor + (schedule.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_optimizer(model: torch.nn.Module, schedule: TrainSchedule) -> torch.optim.AdamW:
-    """AdamW; weight decay only on matrices (not on norms)."""
+def _is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
+    """A 2-D weight inside the transformer blocks (not the embedding or the output head)."""
+    return param.ndim == 2 and "embed_tokens" not in name and "lm_head" not in name
+
+
+def make_optimizers(model: torch.nn.Module, schedule: TrainSchedule) -> list[torch.optim.Optimizer]:
+    """AdamW (weight decay only on matrices, not on norms); with ``schedule.muon_lr`` set, the
+    blocks' matrices are trained by Muon instead (torch's, orthogonalised momentum) and AdamW
+    keeps the embedding, the head and the norms. Each group's peak rate is kept as
+    ``group["peak_lr"]`` for :func:`set_learning_rates`."""
     import torch
 
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    named = list(model.named_parameters())
+    muon = [p for n, p in named if schedule.muon_lr and _is_hidden_matrix(n, p)]
+    taken = {id(p) for p in muon}
+    rest = [p for _, p in named if id(p) not in taken]
     groups = [
-        {"params": decay, "weight_decay": schedule.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": [p for p in rest if p.ndim >= 2], "weight_decay": schedule.weight_decay},
+        {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=schedule.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.AdamW(groups, lr=schedule.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    ]
+    if muon:
+        optimizers.append(
+            torch.optim.Muon(muon, lr=schedule.muon_lr, weight_decay=schedule.weight_decay)
+        )
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["peak_lr"] = group["lr"]
+    return optimizers
+
+
+def set_learning_rates(
+    optimizers: Sequence[torch.optim.Optimizer], step: int, schedule: TrainSchedule
+) -> None:
+    """Scale every group's peak rate by the schedule's factor at 0-based ``step``."""
+    factor = lr_at(step, schedule) / schedule.lr
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = group["peak_lr"] * factor
 
 
 def train_loop(
@@ -166,17 +196,17 @@ def train_loop(
     import torch
 
     model.train()
-    optimizer = make_optimizer(model, schedule)
+    optimizers = make_optimizers(model, schedule)
     losses: list[float] = []
     for step in range(schedule.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, schedule)
+        set_learning_rates(optimizers, step, schedule)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = loss_fn(model, step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise FloatingPointError(f"training diverged at step {step + 1} (loss {value})")
