@@ -24,7 +24,7 @@ from fleetgui.demo.train import StepCallback, TokenStream, train_loop
 
 if TYPE_CHECKING:
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,17 @@ def greedy_generate(
             if on_batch is not None:
                 on_batch(index + 1, total)
     return torch.cat(outputs, dim=0)
+
+
+def greedy_continuation(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, prompt: str, new_tokens: int
+) -> list[int]:
+    """The ids of ``model``'s greedy continuation of the text ``prompt`` (``new_tokens``)."""
+    import torch
+
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.long)
+    out = greedy_generate(model, ids, new_tokens, batch_size=1)
+    return [int(i) for i in out[0, ids.shape[1] :].tolist()]
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetgui.demo.acceptance import heldout_prompts, measure_acceptance
 from fleetgui.demo.corpus import load_corpus
-from fleetgui.demo.distill import build_distill_set, greedy_generate, train_draft
+from fleetgui.demo.distill import build_distill_set, greedy_continuation, train_draft
 from fleetgui.demo.progress import PhaseTracker
 from fleetgui.demo.python_quality import block_prompts, measure_python
 from fleetgui.demo.spec import DemoSpec
@@ -67,11 +67,8 @@ def sample_completion(
     model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, prompt: str, tokens: int
 ) -> str:
     """The model's greedy continuation of ``prompt`` (``tokens`` new tokens, decoded)."""
-    import torch
-
-    ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.long)
-    out = greedy_generate(model, ids, tokens, batch_size=1)
-    return str(tokenizer.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=False))
+    ids = greedy_continuation(model, tokenizer, prompt, tokens)
+    return str(tokenizer.decode(ids, skip_special_tokens=False))
 
 
 def _software() -> dict[str, str]:

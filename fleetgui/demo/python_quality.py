@@ -86,9 +86,7 @@ def measure_python(
     new_tokens: int,
 ) -> PythonQuality:
     """Complete each prompt greedily by ``new_tokens`` tokens and check the results."""
-    import torch
-
-    from fleetgui.demo.distill import greedy_generate
+    from fleetgui.demo.distill import greedy_continuation
     from fleetgui.demo.spec import EOS_ID
 
     if not prompts:
@@ -96,9 +94,7 @@ def measure_python(
     valid = 0
     distinct = 0.0
     for prompt in prompts:
-        ids = torch.tensor([tokenizer(prompt)["input_ids"]], dtype=torch.long)
-        out = greedy_generate(model, ids, new_tokens, batch_size=1)
-        new = out[0, ids.shape[1] :].tolist()
+        new = greedy_continuation(model, tokenizer, prompt, new_tokens)
         if EOS_ID in new:  # the end of a file: what follows would start another one
             new = new[: new.index(EOS_ID)]
         completion = str(tokenizer.decode(new))

@@ -153,10 +153,10 @@ def make_optimizers(model: torch.nn.Module, schedule: TrainSchedule) -> list[tor
     ``group["peak_lr"]`` for :func:`set_learning_rates`."""
     import torch
 
-    named = list(model.named_parameters())
-    muon = [p for n, p in named if schedule.muon_lr and _is_hidden_matrix(n, p)]
-    taken = {id(p) for p in muon}
-    rest = [p for _, p in named if id(p) not in taken]
+    muon: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
+    for name, param in model.named_parameters():
+        (muon if schedule.muon_lr and _is_hidden_matrix(name, param) else rest).append(param)
     groups = [
         {"params": [p for p in rest if p.ndim >= 2], "weight_decay": schedule.weight_decay},
         {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0},

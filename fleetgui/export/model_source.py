@@ -117,6 +117,11 @@ class ModelSource:
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file, with its length checked before it is read."""
+    return _read_header(path)[0]
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], int]:
+    """:func:`read_safetensors_header` and the file offset where the tensors' data starts."""
     try:
         with path.open("rb") as handle:
             raw = handle.read(8)
@@ -130,7 +135,7 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
         raise ModelSourceError(f"cannot read weights {path}: {exc}") from exc
     if not isinstance(header, dict):
         raise ModelSourceError(f"{path} is corrupt: its header is not a JSON object")
-    return header
+    return header, 8 + length
 
 
 def _weight_files(path: Path) -> list[Path]:
@@ -163,12 +168,11 @@ def _weight_files(path: Path) -> list[Path]:
     return files
 
 
-def _digest_samples(digest: Any, file: Path, spans: list[tuple[int, int]]) -> None:
-    """Add :data:`SAMPLE_BYTES` from the start, middle and end of each tensor's data."""
+def _digest_samples(digest: Any, file: Path, base: int, spans: list[tuple[int, int]]) -> None:
+    """Add :data:`SAMPLE_BYTES` from the start, middle and end of each tensor's data (``spans``
+    are data offsets, relative to ``base``)."""
     try:
         with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            base = 8 + length
             for begin, end in spans:
                 middle = (begin + end) // 2
                 for offset in sorted({begin, middle, max(begin, end - SAMPLE_BYTES)}):
@@ -198,7 +202,7 @@ def open_model_source(path: Path) -> ModelSource:
     digest = hashlib.sha256(config_bytes)
     tensors: dict[str, TensorInfo] = {}
     for file in _weight_files(path):
-        header = read_safetensors_header(file)
+        header, base = _read_header(file)
         data_bytes = file.stat().st_size - 8
         spans: list[tuple[int, int]] = []
         for name, entry in sorted(header.items()):
@@ -217,7 +221,7 @@ def open_model_source(path: Path) -> ModelSource:
             tensors[name] = info
             digest.update(f"{name}:{info.dtype}:{info.shape}".encode())
             spans.append((begin, end))
-        _digest_samples(digest, file, spans)
+        _digest_samples(digest, file, base, spans)
     if not tensors:
         raise ModelSourceError(f"{path} has weight files but no tensors in them")
     source = ModelSource(path, config, tensors, digest.hexdigest())
