@@ -224,12 +224,15 @@ def part_b(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     ]
 
 
-#: Part C's layouts: how many target stages the coordinator runs beside the draft. The demo
-#: runs none (``fleetgui.demo.session``): the draft and the generation loop already keep one
-#: PC busy, and with stage 0 beside them the coordinator's core was the bottleneck: 2 streams,
+#: Part C's layouts: how many target stages the coordinator runs beside the draft, and a label.
+#: The demo runs none (``fleetgui.demo.session``): the draft and the generation loop already keep
+#: one PC busy, and with stage 0 beside them the coordinator's core was the bottleneck: 2 streams,
 #: K auto, 5 repeats: 406 vs 324 tok/s (per-thread CPU time on the coordinator per round of
 #: K = 3: the draft 3.2 ms, stage 0 1.3 ms, the loop 1.2 ms; the worker's core was 50 % idle).
-DEMO_LAYOUTS = {"mb2_draft_only": 0, "mb2_stage0": 1}
+DEMO_LAYOUTS = {
+    "mb2_draft_only": (0, "coordinator drafts only"),
+    "mb2_stage0": (1, "coordinator + stage 0"),
+}
 
 
 def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -252,8 +255,9 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
         endpoints = [w.endpoint for w in workers]
         for index in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, weights))
-            layouts = list(DEMO_LAYOUTS.items())
-            for name, local_stages in layouts[index % 2 :] + layouts[: index % 2]:
+            names = list(DEMO_LAYOUTS)
+            shift = index % len(names)  # alternate which layout runs first
+            for name in names[shift:] + names[:shift]:
                 result = asyncio.run(
                     fleet_run(
                         identity,
@@ -263,24 +267,23 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
                         2,
                         draft=draft,
                         k=k,
-                        local_stages=local_stages,
+                        local_stages=DEMO_LAYOUTS[name][0],
                     )
                 )
                 runs.setdefault(name, []).append(result["aggregate"])
                 runs.setdefault(f"{name}_acceptance", []).append(result["acceptance"])
-    med = {k: statistics.median(v) for k, v in runs.items()}
+    med = {key: statistics.median(v) for key, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
     FIGURES["C"] = runs
-    label = {"mb2_draft_only": "coordinator drafts only", "mb2_stage0": "coordinator + stage 0"}
     rows = [(f"C demo target monolithic ({genai_name}), 1 user", f"{med['genai']:.1f} tok/s")]
-    for name in DEMO_LAYOUTS:
+    for name, (_, label) in DEMO_LAYOUTS.items():
         rows += [
             (
-                f"C demo PP+SD+MB, 2 streams, K {args.demo_k}, {label[name]}",
+                f"C demo PP+SD+MB, 2 streams, K {args.demo_k}, {label}",
                 f"{med[name]:.1f} tok/s aggregate, acceptance {med[name + '_acceptance']:.1%}",
             ),
             (
-                f"C ratio, {label[name]} (target >= 2.0; paper 1.79)",
+                f"C ratio, {label} (target >= 2.0; paper 1.79)",
                 f"{med[name] / med['genai']:.2f}x",
             ),
         ]
