@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,12 @@ class StageConfig:
             props["KV_CACHE_PRECISION"] = self.kv_cache_precision
         elif self.precision == "f32":
             props["KV_CACHE_PRECISION"] = "f32"
+        if self.precision == "f32" and self.device == "CPU":
+            # no int8 activations either: the plugin rounds them differently for different
+            # numbers of positions a pass, so a K+1-position verify could disagree with
+            # one-position decoding at a near-tie (int8 demo target with them on: 1 of 20
+            # scripted-K runs differed from PP; with them off, none)
+            props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
         return props
 
 
@@ -136,6 +142,18 @@ async def infer_async(
     request.wait()  # re-raises an inference error, if any
 
 
+def keep_outputs(model: ov.Model, names: Collection[str]) -> ov.Model:
+    """``model`` with only the outputs named ``names`` (its state and inputs unchanged)."""
+    kept = [r for r in model.get_results() if r.output(0).get_names() & set(names)]
+    missing = set(names) - {n for r in kept for n in r.output(0).get_names()}
+    if missing:
+        raise ValueError(
+            f"the model {model.get_friendly_name()} has no output named {sorted(missing)}; "
+            f"it has {sorted(o.get_any_name() for o in model.outputs)}"
+        )
+    return ov.Model(kept, model.get_sinks(), model.get_parameters(), model.get_friendly_name())
+
+
 class LocalStage(BlockingStage):
     """An exported stage (``stage_*.xml`` or a monolithic model) compiled in this process.
 
@@ -151,16 +169,23 @@ class LocalStage(BlockingStage):
         config: StageConfig | None = None,
         *,
         core: ov.Core | None = None,
+        outputs: Collection[str] | None = None,
     ) -> None:
+        """``outputs``: keep only these outputs of the last part (the graph that feeds only
+        the others is not compiled), e.g. ``{"logits"}`` for a draft, which never reads the
+        top-1 head."""
         self.index = index
         self.shard = shard
         self.config = config or StageConfig()
         core = core or ov.Core()
         started = time.perf_counter()
         paths = [model_path] if isinstance(model_path, Path | str) else list(model_path)
+        models: list[str | ov.Model] = [str(path) for path in paths]
+        if outputs is not None:
+            models[-1] = keep_outputs(core.read_model(str(paths[-1])), outputs)
         self._parts = [
-            core.compile_model(str(path), self.config.device, self.config.ov_properties())
-            for path in paths
+            core.compile_model(model, self.config.device, self.config.ov_properties())
+            for model in models
         ]
         self._inputs = [{port.get_any_name() for port in c.inputs} for c in self._parts]
         self._dtypes = [input_dtypes(c) for c in self._parts]
@@ -178,6 +203,11 @@ class LocalStage(BlockingStage):
     @property
     def is_last(self) -> bool:
         return "logits" in self._outputs
+
+    @property
+    def outputs(self) -> frozenset[str]:
+        """The names of the outputs the stage computes (of its last part)."""
+        return frozenset(self._outputs)
 
     def _slot(self, stream_id: int) -> _StreamSlot:
         slot = self._streams.get(stream_id)

@@ -1,0 +1,61 @@
+"""A stage compiled with only some of its outputs: the draft drops the top-1 head it never
+reads, and computes the same logits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_support import EXACT_STAGE, export, pipeline
+
+from fleetgui.export.manifest import read_manifest
+from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.stage import ForwardRequest, LogitsHead
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(tiny_models("llama"), tmp_path_factory.mktemp("outputs") / "1s", stages=1)
+
+
+def stage(export_dir: Path, outputs: set[str] | None = None) -> LocalStage:
+    manifest = read_manifest(export_dir)
+    files = [export_dir / part for part in manifest.stages[0].model_files]
+    return LocalStage(0, manifest.shard(0), files, EXACT_STAGE, outputs=outputs)
+
+
+def logits_of(stage: LocalStage, ids: list[list[int]]) -> list[np.ndarray]:
+    """The last position's logits after each chunk of ``ids``, fed in order to one stream."""
+    out = []
+    for chunk in ids:
+        request = ForwardRequest(1, np.array([chunk], dtype=np.int64), head=LogitsHead())
+        logits = stage.forward_blocking(request).logits
+        assert logits is not None
+        out.append(logits)
+    return out
+
+
+def test_a_stage_keeps_only_the_outputs_asked_for_and_computes_them_the_same(whole: Path) -> None:
+    full, logits_only = stage(whole), stage(whole, {"logits"})
+    assert {"logits", "top1_ids"} <= full.outputs
+    assert logits_only.outputs == {"logits"}
+    assert logits_only.is_last
+    chunks = [[5, 9, 2, 7], [11], [3], [8, 1]]
+    for a, b in zip(logits_of(full, chunks), logits_of(logits_only, chunks), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_asking_for_an_output_the_model_lacks_names_the_ones_it_has(whole: Path) -> None:
+    with pytest.raises(ValueError, match=r"no output named \['hidden_out'\].*logits"):
+        stage(whole, {"hidden_out"})
+
+
+def test_the_draft_computes_logits_only(whole: Path) -> None:
+    pipe = pipeline(whole, draft=whole)
+    assert pipe.draft is not None
+    assert isinstance(pipe.draft.stage, LocalStage)
+    assert pipe.draft.stage.outputs == {"logits"}
