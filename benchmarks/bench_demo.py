@@ -3,7 +3,10 @@
 The demo's setup: the target exported in 2 stages on 2 local worker processes (one OpenVINO
 thread each), the draft on the coordinator. For each K (and ``auto``) the same held-out prompts
 run greedy with PP+SD and with plain PP, interleaved, and the table gives decode tokens/s,
-the speedup over PP and the acceptance rate. Greedy PP+SD output must equal PP's (checked).
+the speedup over PP and the acceptance rate, and how many runs' greedy text differs from PP's.
+With the demo's int8 target the CPU quantizes activations to int8 per pass and rounds a
+K+1-position verify pass slightly differently from a one-position step, so a near-tie can part
+the texts (``--precision f32`` stages are exact; ``tests/test_runtime_exact.py``).
 
 Run: ``.venv/bin/python benchmarks/bench_demo.py [--size small] [--tokens 96]``
 """
@@ -16,7 +19,7 @@ import logging
 import statistics
 from typing import Any
 
-from common import print_figures
+from common import k_choice, print_figures
 
 from fleetgui.demo.session import DEMO_WEIGHTS
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
@@ -49,7 +52,8 @@ async def run(args: argparse.Namespace) -> None:
     from fleetgui.demo.session import start_demo
 
     demo = await start_demo(args.size, weights=args.weights)
-    ks: list[int | None] = [1, 2, 3, 4, 6, 8, None]
+    ks = args.ks.split(",")
+    choices = {k: k_choice(k) for k in ks}
     figures: dict[str, dict[str, list[float]]] = {}
     try:
         pipe = demo.pipeline
@@ -58,10 +62,11 @@ async def run(args: argparse.Namespace) -> None:
             base = await measure(pipe, None, False, args.tokens)
             figures.setdefault("pp", {}).setdefault("tok_s", []).append(base["tok_s"])
             for k in ks:
-                spec = await measure(pipe, k, True, args.tokens)
-                if spec["ids"] != base["ids"]:
-                    raise SystemExit(f"K={k}: PP+SD greedy output differs from PP")
-                entry = figures.setdefault(f"k={k or 'auto'}", {})
+                fixed_k, pipe.new_auto_k = choices[k]
+                spec = await measure(pipe, fixed_k, True, args.tokens)
+                entry = figures.setdefault(f"k={k}", {})
+                differ = sum(a != b for a, b in zip(spec["ids"], base["ids"], strict=True))
+                entry.setdefault("differs", []).append(differ)
                 entry.setdefault("tok_s", []).append(spec["tok_s"])
                 entry.setdefault("acceptance", []).append(spec["acceptance"] or 0.0)
                 entry.setdefault("speedup", []).append(spec["tok_s"] / base["tok_s"])
@@ -70,12 +75,18 @@ async def run(args: argparse.Namespace) -> None:
     med = {name: {m: statistics.median(v) for m, v in e.items()} for name, e in figures.items()}
     rows = [("PP (no draft)", f"{med['pp']['tok_s']:.1f} tok/s")]
     for k in ks:
-        entry = med[f"k={k or 'auto'}"]
+        entry = med[f"k={k}"]
         rows.append(
             (
-                f"PP+SD K={k or 'auto'}",
+                f"PP+SD K={k}",
                 f"{entry['tok_s']:.1f} tok/s, {entry['speedup']:.2f}x, "
-                f"acceptance {entry['acceptance']:.1%}",
+                f"acceptance {entry['acceptance']:.1%}"
+                + (
+                    f", text differs from PP's in {int(sum(figures[f'k={k}']['differs']))} of "
+                    f"{len(HELD_OUT) * args.repeats} runs"
+                    if sum(figures[f"k={k}"]["differs"])
+                    else ""
+                ),
             )
         )
     print_figures(
@@ -93,6 +104,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--weights", default=DEMO_WEIGHTS, help="the target's weight format")
+    parser.add_argument(
+        "--ks",
+        default="1,2,3,4,6,8,auto",
+        help="the Ks to run, comma-separated: numbers, auto, auto-unbraked",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(run(args))

@@ -29,12 +29,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bench_export import PROMPT, best_genai, genai_configs_tok_s, record_genai
-from common import bench_cache, bench_llama, ensure_export, print_figures
+from common import bench_cache, bench_llama, ensure_export, k_choice, print_figures
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
 from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
@@ -43,6 +43,7 @@ from fleetgui.fleet.keys import KeyPair
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.speculative import AutoK
 
 PROMPTS = (
     PROMPT,
@@ -113,6 +114,7 @@ async def fleet_run(
     draft: Path | None = None,
     k: int | None = None,
     local_stages: int = 1,
+    new_auto_k: Callable[[], AutoK] = AutoK,
 ) -> dict[str, float]:
     stage = StageConfig(threads=1)
     config = CoordinatorConfig(
@@ -126,6 +128,7 @@ async def fleet_run(
     try:
         await session.deploy(export)
         pipe = session.pipeline(draft_dir=draft)
+        pipe.new_auto_k = new_auto_k
         speculative = draft is not None
         await pipe.complete("warm up", GenerationOptions(max_new_tokens=4, speculative=speculative))
         options = GenerationOptions(max_new_tokens=n_tokens, speculative=speculative, k=k)
@@ -249,25 +252,31 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
         pair.target_dir, f"demo-target-mono-{weights}", monolithic=True, weights=weights
     )
     draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights=DRAFT_WEIGHTS)
-    k = None if args.demo_k == "auto" else int(args.demo_k)
+    ks = {text: k_choice(text) for text in args.demo_k.split(",")}
+    layouts = args.demo_layouts.split(",") if args.demo_layouts else list(DEMO_LAYOUTS)
+    # one variant per layout and K; a single K keeps the layout's name as the figure's key
+    variants = [(layout, k) for layout in layouts for k in ks]
+    names = [layout if len(ks) == 1 else f"{layout}_k{k}" for layout, k in variants]
     runs: dict[str, list[float]] = {}
     with fleet_workers(["w1"], identity) as workers:
         endpoints = [w.endpoint for w in workers]
         for index in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, weights))
-            names = list(DEMO_LAYOUTS)
-            shift = index % len(names)  # alternate which layout runs first
-            for name in names[shift:] + names[:shift]:
+            order = list(zip(names, variants, strict=True))
+            shift = index % len(order)  # rotate which variant runs first
+            for name, (layout, k_text) in order[shift:] + order[:shift]:
+                fixed_k, new_auto_k = ks[k_text]
                 result = asyncio.run(
                     fleet_run(
                         identity,
                         endpoints,
                         target2,
                         args.tokens,
-                        2,
+                        args.demo_streams,
                         draft=draft,
-                        k=k,
-                        local_stages=DEMO_LAYOUTS[name][0],
+                        k=fixed_k,
+                        local_stages=DEMO_LAYOUTS[layout][0],
+                        new_auto_k=new_auto_k,
                     )
                 )
                 runs.setdefault(name, []).append(result["aggregate"])
@@ -276,14 +285,16 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     genai_name, med["genai"] = best_genai(runs)
     FIGURES["C"] = runs
     rows = [(f"C demo target monolithic ({genai_name}), 1 user", f"{med['genai']:.1f} tok/s")]
-    for name, (_, label) in DEMO_LAYOUTS.items():
+    for name, (layout, k_text) in zip(names, variants, strict=True):
+        label = DEMO_LAYOUTS[layout][1]
         rows += [
             (
-                f"C demo PP+SD+MB, 2 streams, K {args.demo_k}, {label}",
+                f"C demo PP+SD+MB, {args.demo_streams} streams, K {k_text}, {label}",
                 f"{med[name]:.1f} tok/s aggregate, acceptance {med[name + '_acceptance']:.1%}",
             ),
             (
-                f"C ratio, {label} (target >= 2.0; paper 1.79)",
+                f"C ratio, K {k_text}, {label}"
+                + (" (target >= 2.0; paper 1.79)" if args.demo_streams == 2 else ""),
                 f"{med[name] / med['genai']:.2f}x",
             ),
         ]
@@ -303,7 +314,19 @@ def main() -> None:
     parser.add_argument("--demo-layers", help="part C's 2-stage split (default: even)")
     parser.add_argument("--parts", default="AB", help="which parts to run (A, B, C)")
     parser.add_argument("--demo", type=Path, help="demo pair folder for part C")
-    parser.add_argument("--demo-k", default="auto", help="part C's K (a number or auto)")
+    parser.add_argument(
+        "--demo-k",
+        default="auto",
+        help="part C's K: a number, auto or auto-unbraked; several, comma-separated, run "
+        "side by side (e.g. auto,auto-unbraked,4)",
+    )
+    parser.add_argument(
+        "--demo-streams", type=int, default=2, help="part C's concurrent streams (the target's)"
+    )
+    parser.add_argument(
+        "--demo-layouts",
+        help=f"part C's layouts, comma-separated (default: all of {', '.join(DEMO_LAYOUTS)})",
+    )
     parser.add_argument(
         "--demo-weights",
         default=DEMO_WEIGHTS,

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,3 +65,25 @@ def print_figures(title: str, rows: list[tuple[str, str]], as_json: dict[str, An
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     print("json:", json.dumps(as_json, sort_keys=True))
+
+
+def auto_k_choices() -> dict[str, Callable[[], Any]]:
+    """Choices of K besides a number: K auto as the product runs it, and without the brakes it
+    applies when several streams generate (no switch margin, the acceptance
+    estimate believed up to 0.99: a lone stream's choice), to compare them."""
+    from fleetgui.runtime.speculative import AutoK
+
+    return {"auto": AutoK, "auto-unbraked": lambda: AutoK(switch_gain=0.0, max_alpha=0.99)}
+
+
+def k_choice(text: str) -> tuple[int | None, Callable[[], Any]]:
+    """A ``--k``-style benchmark argument: (fixed K or None, the maker of each stream's K
+    chooser): a number, or a name in :func:`auto_k_choices`."""
+    from fleetgui.runtime.speculative import AutoK, check_k
+
+    choices = auto_k_choices()
+    if text in choices:
+        return None, choices[text]
+    if not text.isdigit():
+        raise SystemExit(f"K {text!r}: give a number or one of {', '.join(choices)}")
+    return check_k(int(text)), AutoK

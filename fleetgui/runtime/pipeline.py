@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,7 +114,10 @@ class Pipeline:
         prefill_chunk: int = 256,
         metrics: MetricsBus | None = None,
         compaction: CompactionPolicy | None = None,
+        new_auto_k: Callable[[], AutoK] = AutoK,
     ) -> None:
+        """``new_auto_k`` makes each stream's chooser of K (for ``k=None``); benchmarks pass
+        differently set ones to compare them."""
         self.route = route
         self.tokenizer = tokenizer
         self.context_limit = context_limit
@@ -122,6 +125,7 @@ class Pipeline:
         self.prefill_chunk = prefill_chunk
         self.metrics = metrics or MetricsBus()
         self.compaction = compaction or CompactionPolicy()
+        self.new_auto_k = new_auto_k
         self._ids = itertools.count(1)
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._recent_total = 0  # tokens in _recent
@@ -237,7 +241,7 @@ class Pipeline:
         if self.draft is None:
             raise GenerationError("speculative decoding needs a draft model")
         options = stream.options
-        k = options.k if options.k is not None else stream.auto_k.choose()
+        k = options.k if options.k is not None else stream.auto_k.choose(self._active)
         k = min(k, options.max_new_tokens - len(stream.generated), self._room(stream) - 1)
         if k < 1:
             return (await self._target(stream, [], self._plain_head(stream))).tokens
@@ -270,7 +274,11 @@ class Pipeline:
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         prompt_ids = await asyncio.to_thread(self._check, prompt, options)  # may run a model
         stream = _Stream(
-            next(self._ids), prompt_ids, options, np.random.default_rng(options.sampling.seed)
+            next(self._ids),
+            prompt_ids,
+            options,
+            np.random.default_rng(options.sampling.seed),
+            auto_k=self.new_auto_k(),
         )
         stream.committed = list(prompt_ids)
         text = IncrementalText(self.tokenizer, options.stop_strings)

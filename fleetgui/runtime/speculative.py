@@ -8,7 +8,6 @@ through the pipeline. The draft's cache is rewound with the same mask-based rule
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +21,8 @@ from fleetgui.runtime.stage import ForwardRequest, LogitsHead, run_holding
 log = logging.getLogger(__name__)
 
 K_MIN, K_MAX = 1, 16
+MIN_SLOPE = 0.05  # the least a draft adds to a round, as a share of an average round
+UNBRAKED_ALPHA = 0.99  # the acceptance rate a lone stream's choice believes at most
 
 
 def check_k(k: int) -> int:
@@ -157,13 +158,29 @@ class AutoK:
     rejected one a failure (a round that accepts all K has none), so ``a`` = successes / trials
     (both as moving averages). Taking accepted / K instead underestimates ``a`` the more the
     larger K is (per-token 0.9 at K=4 reads 0.78), which pulled K down round after round.
+
+    With several streams generating, two brakes hold K: it moves only when the best K promises
+    ``switch_gain`` (10 %) more tokens per ms than the current one, and ``a`` counts as at most
+    ``max_alpha`` (0.9). Each stream's round time then includes waiting for the other streams'
+    rounds, a fixed cost that makes long rounds look cheap to each stream while they slow the
+    others; unbraked, K wandered from 1 to 16 on the demo fleet (its per-position acceptance was
+    flat, ~0.87: the long rounds were not luckier). ``benchmarks/bench_fleet.py --parts C
+    --demo-k auto,auto-unbraked,4 --demo-layouts mb2_draft_only`` (2 streams, 10 repeats):
+    531.3 tok/s braked, 464.6 unbraked, 593.9 at fixed K=4. A lone stream is not braked: on
+    the demo's 2 local workers (``bench_demo.py --ks 4,8,auto,auto-unbraked``, 1 stream, where
+    K=8 beat K=4 by 8-15 %) the brakes held K near 4 and cost 1.61x vs 1.84x over PP. Their
+    price with several streams, in simulation: a draft accepted at 0.9 a token keeps K at 4,
+    0.87 of the best K's pace (``tests/test_auto_k.py``); pass a fixed K for such a pair.
     """
 
     initial_k: int = 4
     successes: float = 0.7  # accepted drafts per round (moving average)
     trials: float = 1.0  # drafts judged per round: accepted + the rejected one (moving average)
     smoothing: float = 0.2
+    switch_gain: float = 0.1  # K changes only for this much more expected tokens per ms
+    max_alpha: float = 0.9  # the highest acceptance rate the choice believes
     _round: dict[int, float] = field(default_factory=dict)  # K -> draft + verify ms (EMA)
+    _k: int | None = None  # the K chosen last
 
     @property
     def alpha(self) -> float:
@@ -191,6 +208,11 @@ class AutoK:
             ks = np.array([p[0] for p in points], dtype=float)
             ms = np.array([p[1] for p in points], dtype=float)
             slope, intercept = (float(v) for v in np.polyfit(ks, ms, 1))
+            if slope < MIN_SLOPE * float(ms.mean()):
+                # more drafts never make a round cheaper: a slow round at a small K (it waited
+                # behind another stream) tilted the line down, and K=16 looked cheapest
+                slope = MIN_SLOPE * float(ms.mean())
+                intercept = float(ms.mean()) - slope * float(ks.mean())
         else:  # one K so far: a draft adds a pass, the verify a position
             ((base_k, base_ms),) = points
             slope, intercept = 0.1 * base_ms, base_ms * (1 - 0.1 * base_k)
@@ -198,14 +220,21 @@ class AutoK:
             self._round.get(k, max(intercept + slope * k, 1e-3)) for k in range(K_MIN, K_MAX + 1)
         ]
 
-    def choose(self) -> int:
-        if not self._round:
-            return self.initial_k
-        a = min(max(self.alpha, 0.01), 0.99)
-        costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms a round
-        best_k, best_rate = K_MIN, -math.inf
-        for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True):
-            rate = (1 - a ** (k + 1)) / (1 - a) / ms
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k
+    def choose(self, streams: int = 1) -> int:
+        """K for the next round of a stream; ``streams``: how many streams are generating on
+        the pipeline now (with more than one, the brakes apply)."""
+        braked = streams > 1
+        current = self.initial_k if self._k is None else self._k
+        if self._round:
+            cap, gain = (self.max_alpha, self.switch_gain) if braked else (UNBRAKED_ALPHA, 0.0)
+            a = min(max(self.alpha, 0.01), cap)
+            costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms a round
+            rates = [
+                (1 - a ** (k + 1)) / (1 - a) / ms
+                for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True)
+            ]
+            best = max(range(len(rates)), key=rates.__getitem__)
+            if rates[best] > (1 + gain) * rates[current - K_MIN]:
+                current = best + K_MIN
+        self._k = current
+        return current
