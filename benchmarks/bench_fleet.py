@@ -346,8 +346,11 @@ def main() -> None:
         if args.demo is None:
             raise SystemExit("part C needs --demo DIR (build it with fleetgui demo-model)")
         rows += part_c(identity, args)
+    models = [f"bench Llama {args.weights}"] if set(args.parts) & {"A", "B"} else []
+    if "C" in args.parts:
+        models.append(f"demo pair {args.demo_weights} ({args.demo.name})")
     print_figures(
-        f"fleet benchmark: bench Llama {args.weights}, coordinator on core 0, workers on core 1, "
+        f"fleet benchmark: {', '.join(models)}, coordinator on core 0, workers on core 1, "
         f"1 thread each, {args.tokens} new tokens, median of {args.repeats}",
         rows,
         {k: {n: [round(x, 3) for x in v] for n, v in r.items()} for k, r in FIGURES.items()},
