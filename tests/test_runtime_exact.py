@@ -11,7 +11,7 @@ from runtime_support import export, perturbed_copy, pipeline, reference_greedy
 
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.ov_stage import LocalStage
-from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 from fleetgui.runtime.sequence import CompactionPolicy
 
 pytestmark = pytest.mark.slow
@@ -148,6 +148,25 @@ def test_pp_sd_mb_streams_match_monolithic(
             assert results[prompt] == references[family, prompt], prompt
 
     asyncio.run(main())
+
+
+def test_pp_sd_mb_with_k_auto_matches_monolithic(family_exports: dict, references: dict) -> None:
+    """Three concurrent streams choose their own K (braked, as several streams generate) with
+    a draft that rarely agrees: K changes between rounds and the text stays exact."""
+
+    async def main() -> list[GenerationResult]:
+        paths = family_exports[FAMILIES[0]]
+        pipe = pipeline(paths["2"], draft=paths["far"])
+        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=None)
+        try:
+            return await asyncio.gather(*(pipe.complete(p, options) for p in PROMPTS))
+        finally:
+            await pipe.close()
+
+    results = asyncio.run(main())
+    for prompt, result in zip(PROMPTS, results, strict=True):
+        assert result.token_ids == references[FAMILIES[0], prompt], prompt
+    assert any(len(set(result.ks)) > 1 for result in results), [r.ks for r in results]
 
 
 def test_compaction_keeps_output_exact(

@@ -168,7 +168,8 @@ class AutoK:
     --demo-k auto,auto-unbraked,4 --demo-layouts mb2_draft_only`` (2 streams, 10 repeats):
     531.3 tok/s braked, 464.6 unbraked, 593.9 at fixed K=4. A lone stream is not braked: on
     the demo's 2 local workers (``bench_demo.py --ks 4,8,auto,auto-unbraked``, 1 stream, where
-    K=8 beat K=4 by 8-15 %) the brakes held K near 4 and cost 1.61x vs 1.84x over PP. Their
+    K=8 beat K=4 by 8-15 %) brakes on every stream (with a probe round at K+2, since dropped)
+    held K near 4: 1.61x vs 1.84x over PP. Their
     price with several streams, in simulation: a draft accepted at 0.9 a token keeps K at 4,
     0.87 of the best K's pace (``tests/test_auto_k.py``); pass a fixed K for such a pair.
     """
