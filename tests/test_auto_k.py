@@ -192,3 +192,41 @@ def test_a_slow_round_at_a_small_k_does_not_make_long_rounds_look_cheap() -> Non
     auto.update(1, 1, DEMO.round_ms(1) - DEMO.verify_ms(1), waited)
     assert auto.round_ms(K_MAX) > auto.round_ms(8) > auto.round_ms(4)
     assert auto.choose(streams=1) < K_MAX
+
+
+def test_a_lone_stream_with_one_k_timed_measures_a_second_one() -> None:
+    """From one K's rounds the cost line's slope is a guess that can hold K there for good: a
+    lone stream's next round runs 2 Ks higher (at the top, 2 lower). With other streams the
+    round times include waiting, and K stays."""
+    for start, probe in ((4, 6), (K_MAX, K_MAX - 2)):
+        auto = AutoK(initial_k=start)
+        auto.update(start, 2, 5.0, 10.0)
+        assert auto.choose(streams=1) == probe
+    braked = AutoK()
+    braked.update(4, 2, 5.0, 10.0)
+    assert braked.choose(streams=2) == 4
+
+
+def test_an_untimed_round_moves_the_acceptance_estimate_only() -> None:
+    """A stream's first round warms its fresh state up and costs more than the rest: the
+    pipeline records its acceptance, not its time."""
+    auto = AutoK()
+    before = auto.alpha
+    auto.update(4, 0, 50.0, 50.0, timed=False)
+    assert auto.alpha < before
+    assert auto.choose() == AutoK.initial_k  # no round time yet: nothing to compare
+    auto.update(4, 4, 5.0, 10.0)
+    assert auto.round_ms(4) == pytest.approx(15.0)
+
+
+def test_a_carried_over_chooser_starts_from_the_estimates_and_keeps_its_own() -> None:
+    auto = AutoK()
+    for k in (4, 6, 2, 2):
+        auto.update(k, 1, DEMO.round_ms(k) - DEMO.verify_ms(k), DEMO.verify_ms(k))
+    chosen = auto.choose()
+    carried = auto.carried_over()
+    assert carried.alpha == auto.alpha
+    assert carried.round_ms(6) == auto.round_ms(6)
+    assert carried.choose() == chosen
+    carried.update(6, 6, 1.0, 1.0)
+    assert auto.round_ms(6) == pytest.approx(DEMO.round_ms(6))  # the original is untouched

@@ -169,6 +169,30 @@ def test_pp_sd_mb_with_k_auto_matches_monolithic(family_exports: dict, reference
     assert any(len(set(result.ks)) > 1 for result in results), [r.ks for r in results]
 
 
+def test_the_next_k_auto_stream_starts_from_the_last_ones_estimates(
+    family_exports: dict, references: dict
+) -> None:
+    """With a draft that rarely agrees the first reply's K falls from the initial 4; the next
+    reply on the same pipeline starts where it ended instead of at 4 again."""
+
+    async def main() -> tuple[GenerationResult, GenerationResult]:
+        paths = family_exports[FAMILIES[0]]
+        pipe = pipeline(paths["2"], draft=paths["far"])
+        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=None)
+        try:
+            first = await pipe.complete(PROMPTS[0], options)
+            second = await pipe.complete(PROMPTS[1], options)
+        finally:
+            await pipe.close()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first.token_ids == references[FAMILIES[0], PROMPTS[0]]
+    assert second.token_ids == references[FAMILIES[0], PROMPTS[1]]
+    assert first.ks[0] == 4 and min(first.ks) <= 2, first.ks
+    assert second.ks[0] <= 2, second.ks
+
+
 def test_compaction_keeps_output_exact(
     family_exports: dict, references: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,6 +126,8 @@ class Pipeline:
         self.metrics = metrics or MetricsBus()
         self.compaction = compaction or CompactionPolicy()
         self.new_auto_k = new_auto_k
+        # the K chooser of the last K-auto stream to finish, per maker: the next one starts there
+        self._k_memory: dict[Callable[[], AutoK], AutoK] = {}
         self._ids = itertools.count(1)
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._recent_total = 0  # tokens in _recent
@@ -233,6 +235,11 @@ class Pipeline:
         params = stream.options.sampling
         return GreedyHead() if params.greedy else SampleHead(params, float(stream.rng.random()))
 
+    def _auto_k_for_new_stream(self) -> AutoK:
+        """The last finished stream's K chooser carried over, or a new one."""
+        previous = self._k_memory.get(self.new_auto_k)
+        return previous.carried_over() if previous is not None else self.new_auto_k()
+
     def _room(self, stream: _Stream) -> int:
         """Positions left in the context for this stream."""
         return self.context_limit - len(stream.committed)
@@ -265,7 +272,8 @@ class Pipeline:
         stream.drafted += k
         stream.accepted += result.accepted
         stream.ks.append(k)
-        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms)
+        # a stream's first round also warms its fresh state up: its time would mark K as dear
+        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms, timed=len(stream.ks) > 1)
         self.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
         return result.tokens
 
@@ -278,7 +286,7 @@ class Pipeline:
             prompt_ids,
             options,
             np.random.default_rng(options.sampling.seed),
-            auto_k=self.new_auto_k(),
+            auto_k=self._auto_k_for_new_stream(),
         )
         stream.committed = list(prompt_ids)
         text = IncrementalText(self.tokenizer, options.stop_strings)
@@ -316,6 +324,8 @@ class Pipeline:
                 yield TokenDelta(stream.id, tail, ())
         finally:
             self._active -= 1
+            if stream.ks and options.k is None:
+                self._k_memory[self.new_auto_k] = stream.auto_k
             await self.route.release(stream.id)
             if self.draft is not None and options.speculative:
                 await self.draft.release(stream.id)
