@@ -165,13 +165,13 @@ class AutoK:
     rounds, a fixed cost that makes long rounds look cheap to each stream while they slow the
     others; unbraked, K wandered from 1 to 16 on the demo fleet (its per-position acceptance was
     flat, ~0.87: the long rounds were not luckier). ``benchmarks/bench_fleet.py --parts C
-    --demo-k auto,auto-unbraked,4 --demo-layouts mb2_draft_only`` (2 streams, 10 repeats):
-    531.3 tok/s braked, 464.6 unbraked, 593.9 at fixed K=4. A lone stream is not braked: on
-    the demo's 2 local workers (``bench_demo.py --ks 4,8,auto,auto-unbraked``, 1 stream, where
-    K=8 beat K=4 by 8-15 %) brakes on every stream (with a probe round at K+2, since dropped)
-    held K near 4: 1.61x vs 1.84x over PP. Their
-    price with several streams, in simulation: a draft accepted at 0.9 a token keeps K at 4,
-    0.87 of the best K's pace (``tests/test_auto_k.py``); pass a fixed K for such a pair.
+    --demo-k auto,auto-unbraked,4 --demo-layouts mb2_draft_only`` (2 streams, 8 repeats):
+    523.6 tok/s braked, 378.5 unbraked, 543.6 at fixed K=4. A lone stream is not braked: on the
+    demo's 2 local workers (``bench_demo.py --ks 4,8,auto,auto-unbraked``, 1 stream, where K=8
+    beat K=4 by 8-15 %) brakes on every stream (and a probe round) held K near 4: 1.61x vs
+    1.84x over PP. Their price with several streams, in simulation: a draft accepted at 0.9 a
+    token keeps K at 4, 0.87 of the best K's pace (``tests/test_auto_k.py``); pass a fixed K
+    for such a pair.
 
     A stream's first round is not timed (it warms the stream's fresh state up and cost ~25 %
     more on the demo pair), a lone stream with one K timed runs its next round 2 Ks away to
