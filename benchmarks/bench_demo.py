@@ -76,19 +76,14 @@ async def run(args: argparse.Namespace) -> None:
     rows = [("PP (no draft)", f"{med['pp']['tok_s']:.1f} tok/s")]
     for k in ks:
         entry = med[f"k={k}"]
-        rows.append(
-            (
-                f"PP+SD K={k}",
-                f"{entry['tok_s']:.1f} tok/s, {entry['speedup']:.2f}x, "
-                f"acceptance {entry['acceptance']:.1%}"
-                + (
-                    f", text differs from PP's in {int(sum(figures[f'k={k}']['differs']))} of "
-                    f"{len(HELD_OUT) * args.repeats} runs"
-                    if sum(figures[f"k={k}"]["differs"])
-                    else ""
-                ),
-            )
+        differ = int(sum(figures[f"k={k}"]["differs"]))
+        text = (
+            f"{entry['tok_s']:.1f} tok/s, {entry['speedup']:.2f}x, "
+            f"acceptance {entry['acceptance']:.1%}"
         )
+        if differ:
+            text += f", text differs from PP's in {differ} of {len(HELD_OUT) * args.repeats} runs"
+        rows.append((f"PP+SD K={k}", text))
     print_figures(
         f"demo benchmark: {args.size} pair (target {args.weights}), 2 local workers, "
         f"{len(HELD_OUT)} held-out prompts, "

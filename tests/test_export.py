@@ -350,3 +350,16 @@ def test_a_model_retrained_in_place_is_exported_again(llama: Path, tmp_path: Pat
     assert second.model_id != first.model_id
     assert not any("up to date" in m or "reused" in m for m in messages), messages
     verify_export(out, model)
+
+
+def test_weights_cut_by_a_few_bytes_are_caught(llama: Path, tmp_path: Path) -> None:
+    """A file a few bytes short (fewer than its header's length): its last tensor ends past the
+    data, which starts after the header."""
+    from fleetgui.export.model_source import ModelSourceError, open_model_source
+
+    model = tmp_path / "cut"
+    shutil.copytree(llama, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4])
+    with pytest.raises(ModelSourceError, match="truncated"):
+        open_model_source(model)

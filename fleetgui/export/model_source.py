@@ -203,7 +203,7 @@ def open_model_source(path: Path) -> ModelSource:
     tensors: dict[str, TensorInfo] = {}
     for file in _weight_files(path):
         header, base = _read_header(file)
-        data_bytes = file.stat().st_size - 8
+        data_bytes = file.stat().st_size - base  # the tensors' data, after the header
         spans: list[tuple[int, int]] = []
         for name, entry in sorted(header.items()):
             if name == "__metadata__":

@@ -144,8 +144,9 @@ async def infer_async(
 
 def keep_outputs(model: ov.Model, names: Collection[str]) -> ov.Model:
     """``model`` with only the outputs named ``names`` (its state and inputs unchanged)."""
-    kept = [r for r in model.get_results() if r.output(0).get_names() & set(names)]
-    missing = set(names) - {n for r in kept for n in r.output(0).get_names()}
+    wanted = set(names)
+    kept = [r for r in model.get_results() if r.output(0).get_names() & wanted]
+    missing = wanted - {n for r in kept for n in r.output(0).get_names()}
     if missing:
         raise ValueError(
             f"the model {model.get_friendly_name()} has no output named {sorted(missing)}; "
