@@ -1,6 +1,6 @@
-"""Where in-process stages run: a lone request's stages and a draft's proposal on one worker
-thread (never the event loop's), overlapping streams stage by stage, and cancellation that waits
-for the thread's work before the stages are free again."""
+"""Where in-process stages run: a lone stream's stages and steps, and a draft's proposal, on one
+worker thread (never the event loop's); several streams overlapping stage by stage; and
+cancellation that waits for the thread's work before the stream is freed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from runtime_support import export, perturbed_copy, pipeline
@@ -36,10 +35,11 @@ def exports(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathF
 
 
 class CallLog:
-    """Records which thread ran each forward of the watched stages (the real forward runs)."""
+    """Records each forward of the watched stages (the real forward runs): stage name, stream,
+    thread, kind ("blocking"/"async"), start and end times."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, int, str]] = []  # (stage name, thread id, "blocking"/"async")
+        self.calls: list[tuple[str, int, int, str, float, float]] = []
         self.on_blocking: Callable[[str, int], None] | None = None
         self.recording = True
 
@@ -47,16 +47,38 @@ class CallLog:
         blocking, forward = stage.forward_blocking, stage.forward
 
         def forward_blocking(request: ForwardRequest) -> ForwardResult:
-            if self.recording:
-                self.calls.append((name, threading.get_ident(), "blocking"))
+            started = time.perf_counter()
             if self.on_blocking is not None:
-                self.on_blocking(name, len(self.calls))
-            return blocking(request)
+                self.on_blocking(name, len(self.calls) + 1)
+            result = blocking(request)
+            if self.recording:
+                self.calls.append(
+                    (
+                        name,
+                        request.stream_id,
+                        threading.get_ident(),
+                        "blocking",
+                        started,
+                        time.perf_counter(),
+                    )
+                )
+            return result
 
         async def forward_async(request: ForwardRequest) -> ForwardResult:
+            started = time.perf_counter()
+            result = await forward(request)
             if self.recording:
-                self.calls.append((name, threading.get_ident(), "async"))
-            return await forward(request)
+                self.calls.append(
+                    (
+                        name,
+                        request.stream_id,
+                        threading.get_ident(),
+                        "async",
+                        started,
+                        time.perf_counter(),
+                    )
+                )
+            return result
 
         stage.forward_blocking = forward_blocking  # type: ignore[method-assign]
         stage.forward = forward_async  # type: ignore[method-assign]
@@ -74,40 +96,58 @@ def watched(pipe: Pipeline) -> CallLog:
     return log
 
 
-def test_a_lone_request_runs_its_stages_on_one_worker_thread(exports: dict) -> None:
-    async def main() -> tuple[list[int], list[list[int]], CallLog, CallLog, int]:
-        loop_thread = threading.get_ident()
+def test_a_lone_stream_runs_every_stage_and_step_on_one_worker_thread(exports: dict) -> None:
+    async def main() -> tuple[list[int], CallLog, int]:
         pipe = pipeline(exports["2s"])
         try:
-            alone = watched(pipe)
+            log = watched(pipe)
             single = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=10))
-            alone.recording = False
-            together = CallLog()
-            for stage in pipe.route.stages:  # type: ignore[attr-defined]
-                together.watch(f"stage{stage.index}", stage)
+        finally:
+            await pipe.close()
+        return single.token_ids, log, threading.get_ident()
+
+    tokens, log, loop_thread = asyncio.run(main())
+    assert len(tokens) == 10
+    # the prompt's pass, then 9 decode steps, each through both stages, in order, blocking
+    assert [name for name, *_ in log.calls] == ["stage0", "stage1"] * 10
+    assert all(kind == "blocking" for _, _, _, kind, _, _ in log.calls)
+    # the decode steps never wait for the loop: all on one thread, and not the loop's
+    decode_threads = {thread for _, _, thread, *_ in log.calls[2:]}
+    assert len(decode_threads) == 1 and loop_thread not in decode_threads
+
+
+def test_streams_overlap_stage_by_stage(exports: dict) -> None:
+    """With two streams, stage 1 computes one stream while stage 0 computes the other (their
+    forwards overlap in time, on different threads), and each text is the lone stream's."""
+
+    async def main() -> tuple[list[list[int]], list[list[int]], CallLog]:
+        pipe = pipeline(exports["2s"])
+        prompts = [PROMPT, "class Node:"]
+        try:
+            alone = [
+                (await pipe.complete(p, GenerationOptions(max_new_tokens=24))).token_ids
+                for p in prompts
+            ]
+            log = watched(pipe)
             pair = await asyncio.gather(
-                pipe.complete(PROMPT, GenerationOptions(max_new_tokens=24)),
-                pipe.complete("class Node:", GenerationOptions(max_new_tokens=24)),
+                *(pipe.complete(p, GenerationOptions(max_new_tokens=24)) for p in prompts)
             )
         finally:
             await pipe.close()
-        return single.token_ids, [r.token_ids for r in pair], alone, together, loop_thread
+        return alone, [r.token_ids for r in pair], log
 
-    single, pair, alone, together, loop_thread = asyncio.run(main())
-    # One request at a time: after the prompt's pass, every forward ran blocking, off the
-    # loop, both stages of a pass on the same thread, one after the other.
-    prompt, decode = alone.calls[:2], alone.calls[2:]
-    assert [kind for _, _, kind in prompt] == ["async", "async"]
-    assert len(decode) == 2 * 9 and all(kind == "blocking" for _, _, kind in decode)
-    assert all(thread != loop_thread for _, thread, _ in decode)
-    passes = list(zip(decode[::2], decode[1::2], strict=True))
-    assert all(a[0] == "stage0" and b[0] == "stage1" and a[1] == b[1] for a, b in passes)
-    # Two streams at once overlap stage by stage (the asynchronous path; a stream takes the
-    # one-thread path only while it is alone), and the text is the same whichever path a pass
-    # took.
-    kinds = [kind for _, _, kind in together.calls]
-    assert kinds.count("async") > 4 * kinds.count("blocking")  # one-thread only while alone
-    assert pair[0][:10] == single
+    alone, pair, log = asyncio.run(main())
+    assert pair == alone
+    first = [c for c in log.calls if c[0] == "stage0"]
+    second = [c for c in log.calls if c[0] == "stage1"]
+    overlapping = [
+        (a, b)
+        for a in first
+        for b in second
+        if a[1] != b[1] and a[4] < b[5] and b[4] < a[5]  # other streams, intervals intersect
+    ]
+    assert len(overlapping) >= 5
+    assert all(a[2] != b[2] for a, b in overlapping)
 
 
 def test_a_draft_proposal_runs_off_the_loop_in_one_go(exports: dict) -> None:
@@ -124,18 +164,18 @@ def test_a_draft_proposal_runs_off_the_loop_in_one_go(exports: dict) -> None:
         return log, loop_thread, speculative.token_ids, plain.token_ids
 
     log, loop_thread, speculative, plain = asyncio.run(main())
-    draft = [(thread, kind) for name, thread, kind in log.calls if name == "draft"]
+    draft = [(thread, kind) for name, _, thread, kind, _, _ in log.calls if name == "draft"]
     assert len(draft) >= 4  # the prompt, then at least one proposal of 4
     assert all(kind == "blocking" and thread != loop_thread for thread, kind in draft)
     assert speculative == plain
 
 
-def test_a_cancelled_request_frees_the_stages_only_after_its_thread_is_done(
-    exports: dict,
-) -> None:
+def test_a_cancelled_stream_is_freed_only_after_its_thread_is_done(exports: dict) -> None:
+    """Cancelling a stream mid-decode waits for the step its thread is running, runs no step
+    after it, and leaves the stages serving (the next request gives the same text)."""
     events: list[str] = []
 
-    async def main() -> tuple[list[int], list[int], bool]:
+    async def main() -> tuple[list[int], list[int], int, int]:
         loop = asyncio.get_running_loop()
         pipe = pipeline(exports["2s"])
         try:
@@ -154,15 +194,16 @@ def test_a_cancelled_request_frees_the_stages_only_after_its_thread_is_done(
                 await task
             except asyncio.CancelledError:
                 events.append("cancelled")
-            route: Any = pipe.route
-            free = not any(stage.lock.locked() for stage in route.stages)
             log.on_blocking = None
+            calls_at_cancel = len(log.calls)
+            held = sum(len(stage.stream_ids()) for stage in pipe.route.stages)  # type: ignore[attr-defined]
             again = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=12))
         finally:
             await pipe.close()
-        return reference.token_ids, again.token_ids, free
+        return reference.token_ids, again.token_ids, calls_at_cancel, held
 
-    reference, again, free = asyncio.run(main())
+    reference, again, calls_at_cancel, held = asyncio.run(main())
     assert events == ["pass done", "cancelled"]
-    assert free
+    assert calls_at_cancel <= 10  # the pass under way (and its other stage), nothing more
+    assert held == 0  # the stream was released on every stage
     assert again == reference

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -28,7 +29,7 @@ from fleetgui.runtime.metrics import (
     StageTiming,
     TokensEmitted,
 )
-from fleetgui.runtime.route import Route
+from fleetgui.runtime.route import DecodeRun, Route
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
 from fleetgui.runtime.speculative import AutoK, DraftModel, check_k
 from fleetgui.runtime.stage import (
@@ -295,30 +296,27 @@ class Pipeline:
         finish = "max_tokens"
         self._active += 1
         try:
+            steps = self._steps(stream)
             step_started = started
-            new_tokens = await self._first_tokens(stream)
-            while True:
-                new_tokens, finish_now = self._commit(stream, new_tokens)
-                now = time.perf_counter()
-                if first_at is None and stream.generated:
-                    first_at = now
-                self._count_tokens(stream.id, len(new_tokens), (now - step_started) * 1000)
-                delta = text.update(stream.generated)
-                if delta or new_tokens:
-                    yield TokenDelta(stream.id, delta, tuple(new_tokens))
-                if text.stopped:
-                    finish_now = "stop"
-                if finish_now:
-                    finish = finish_now
-                    break
-                if self._room(stream) <= 0:
-                    finish = "context"
-                    break
-                step_started = time.perf_counter()
-                if options.speculative:
-                    new_tokens = await self._speculative_step(stream)
-                else:
-                    new_tokens = (await self._target(stream, [], self._plain_head(stream))).tokens
+            async with contextlib.aclosing(steps):
+                async for tokens in steps:
+                    new_tokens, finish_now = self._commit(stream, tokens)
+                    now = time.perf_counter()
+                    if first_at is None and stream.generated:
+                        first_at = now
+                    self._count_tokens(stream.id, len(new_tokens), (now - step_started) * 1000)
+                    delta = text.update(stream.generated)
+                    if delta or new_tokens:
+                        yield TokenDelta(stream.id, delta, tuple(new_tokens))
+                    if text.stopped:
+                        finish_now = "stop"
+                    if finish_now:
+                        finish = finish_now
+                        break
+                    if self._room(stream) <= 0:
+                        finish = "context"
+                        break
+                    step_started = time.perf_counter()
             tail = text.flush()
             if tail:
                 yield TokenDelta(stream.id, tail, ())
@@ -337,6 +335,33 @@ class Pipeline:
             first_at=started if first_at is None else first_at,
             finish=finish,
         )
+
+    async def _steps(self, stream: _Stream) -> AsyncGenerator[list[int], None]:
+        """Each step's new tokens: the prompt's pass, then decode steps until closed."""
+        yield await self._first_tokens(stream)
+        if stream.options.speculative:
+            while True:
+                yield await self._speculative_step(stream)
+        rewind, pending = stream.target.plan(stream.committed)
+        if rewind or len(pending) != 1:
+            raise RuntimeError(f"stream {stream.id}: the cache is not one token behind")
+        # the route chains the steps itself: no trip through this loop between two tokens
+        run = DecodeRun(
+            stream.id,
+            pending[0],
+            steps=min(stream.options.max_new_tokens - len(stream.generated), self._room(stream)),
+            next_head=functools.partial(self._plain_head, stream),
+            stop_ids=frozenset(self.tokenizer.eos_token_ids),
+        )
+        fed = pending[0]
+        async with contextlib.aclosing(self.route.decode(run)) as results:
+            async for result in results:
+                stream.target.applied(0, [fed])
+                for stage, ms in sorted(result.compute_ms.items()):
+                    self.metrics.emit(StageTiming(stream.id, stage, ms, 1))
+                if result.tokens:
+                    fed = result.tokens[-1]
+                yield result.tokens
 
     async def _first_tokens(self, stream: _Stream) -> list[int]:
         """Prefill the target (and, overlapping it, the draft) and return the first token."""

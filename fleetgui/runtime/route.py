@@ -7,22 +7,56 @@ coordinator runs stage 0 and the workers pass the activations along the ring the
 from __future__ import annotations
 
 import asyncio
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
+from fleetgui.runtime.lanes import Job, StageLanes
 from fleetgui.runtime.stage import (
     BlockingStage,
     ForwardRequest,
     ForwardResult,
+    HeadOp,
     Stage,
-    run_holding,
 )
 
-#: Longest pass :class:`LocalRoute` runs on one thread: decode and verify passes (K + 1).
-MAX_ONE_THREAD_POSITIONS = 32
+
+@dataclass
+class DecodeRun:
+    """Plain decoding steps of one stream, which a route may chain by itself: each step feeds
+    the token the previous one returned (the first feeds ``token``) with the head
+    ``next_head()`` makes for it. The run ends after ``steps`` steps, after a token in
+    ``stop_ids``, or at the first step after :meth:`stop`."""
+
+    stream_id: int
+    token: int
+    steps: int
+    next_head: Callable[[], HeadOp]
+    stop_ids: frozenset[int] = frozenset()
+    _taken: int = 0
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        """Run no further steps (a step under way finishes)."""
+        self._stopped.set()
+
+    def request(self, token: int) -> ForwardRequest:
+        """The next step: feed ``token`` (calls ``next_head``, so once per step, in order)."""
+        return ForwardRequest(
+            self.stream_id, np.array([[token]], dtype=np.int64), head=self.next_head()
+        )
+
+    def after(self, result: ForwardResult) -> int | None:
+        """Count a finished step; the token the next one feeds, or None when the run ends."""
+        self._taken += 1
+        if self._taken >= self.steps or self._stopped.is_set() or not result.tokens:
+            return None
+        token = result.tokens[-1]
+        return None if token in self.stop_ids else token
 
 
 class Route(ABC):
@@ -36,6 +70,19 @@ class Route(ABC):
     async def run(self, request: ForwardRequest) -> ForwardResult:
         """Run ``request`` (token ids) through all stages; the last stage's head result."""
 
+    async def decode(self, run: DecodeRun) -> AsyncGenerator[ForwardResult, None]:
+        """The results of ``run``'s steps as they finish. Closing the iterator early stops
+        the run and waits for a step under way. This form runs one step at a time; a route
+        that can start the next step without a trip through the event loop overrides it."""
+        token: int | None = run.token if run.steps > 0 else None
+        try:
+            while token is not None:
+                result = await self.run(run.request(token))
+                token = run.after(result)
+                yield result
+        finally:
+            run.stop()
+
     @abstractmethod
     async def reset(self, stream_id: int) -> None: ...
 
@@ -46,90 +93,110 @@ class Route(ABC):
     async def close(self) -> None: ...
 
 
-class LocalRoute(Route):
-    """Stages in this process, run one after another per request. Requests of different streams
-    overlap: while one stream is on stage k, another can be on stage k+1.
+_END = object()  # the last item a chain of decode steps posts
 
-    A decode or verify pass of the only stream these stages hold, with nothing else in flight,
-    runs through all of them on one worker thread
-    (:class:`~fleetgui.runtime.stage.BlockingStage`): there is nothing to overlap it with, and
-    it saves two thread wake-ups per extra stage. Measured on the bench Llama, 2 stages, one
-    stream, decode interleaved with a synchronous loop over the model in one piece: 0.95-0.96
-    of its speed on one thread, 0.90-0.92 stage by stage.
+
+@dataclass
+class _Trip:
+    """One request (or decode run) on its way through the lanes."""
+
+    post: Callable[[object], None]  # hands a result, an error or _END to the event loop
+    run: DecodeRun | None = None
+    compute: dict[int, float] = field(default_factory=dict)
+
+
+class LocalRoute(Route):
+    """Stages in this process, each a lane of :class:`~fleetgui.runtime.lanes.StageLanes`:
+    a request goes from stage to stage on worker threads, and the event loop hears of it only
+    at the end. A lone stream runs stage after stage on one thread (and a decode run step
+    after step, never waiting for the loop); several streams overlap stage by stage.
+
+    Measured on the bench Llama, 2 stages, one thread each (``benchmarks/bench_runtime.py``):
+    see the README's figures.
     """
 
     def __init__(self, stages: Sequence[Stage]) -> None:
         if not stages:
             raise ValueError("a route needs at least one stage")
-        self.stages = list(stages)
-        self._in_flight = 0
-        self._threadable = [s for s in self.stages if isinstance(s, BlockingStage)]
-        if len(self.stages) < 2 or len(self._threadable) != len(self.stages):
-            self._threadable = []
+        blocking: list[BlockingStage] = []
+        for stage in stages:
+            if not isinstance(stage, BlockingStage):
+                raise TypeError(f"a local route runs in-process stages, not {stage!r}")
+            blocking.append(stage)
+        self.stages = blocking
+        self._lanes = StageLanes(len(blocking))
 
     @property
     def n_stages(self) -> int:
         return len(self.stages)
 
-    def _alone(self, request: ForwardRequest) -> bool:
-        """Whether ``request`` is a decode or verify pass of the only stream these stages hold,
-        with nothing else running. With another stream about, taking every stage at once would
-        stall it; and a stream that arrives while a long pass holds every stage would wait for
-        all of it instead of following it stage by stage. So a stream's first pass (its prompt)
-        and passes longer than :data:`MAX_ONE_THREAD_POSITIONS` go stage by stage."""
-        if (
-            self._in_flight
-            or not self._threadable
-            or request.n_positions > MAX_ONE_THREAD_POSITIONS
-        ):
-            return False
-        # == : the stream's first pass (its prompt) also goes stage by stage
-        return all(stage.stream_ids() == [request.stream_id] for stage in self._threadable)
+    def _job(self, index: int, request: ForwardRequest, trip: _Trip) -> tuple[int, Job] | None:
+        """Stage ``index``'s part of ``request``; the next stage's (or step's) job."""
+        last = index == len(self.stages) - 1
+        try:
+            result = self.stages[index].forward_blocking(
+                request if last else replace(request, head=None)
+            )
+            trip.compute.update(result.compute_ms)
+            if not last:
+                following = replace(request, payload=_hidden(result, index))
+                return index + 1, partial(self._job, index + 1, following, trip)
+            result.compute_ms, trip.compute = trip.compute, {}
+            token = None if trip.run is None else trip.run.after(result)
+            trip.post(result)
+            if token is None:
+                if trip.run is not None:
+                    trip.post(_END)
+                return None
+            return 0, partial(self._job, 0, trip.run.request(token), trip)  # type: ignore[union-attr]
+        except Exception as exc:
+            trip.post(exc)
+            if trip.run is not None:
+                trip.post(_END)
+            return None
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
-        alone = self._alone(request)
-        self._in_flight += 1
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[object] = loop.create_future()
+
+        def settle(outcome: object) -> None:
+            if not done.done():
+                done.set_result(outcome)
+
+        self._lanes.submit(0, partial(self._job, 0, request, _Trip(partial(_post, loop, settle))))
         try:
-            if alone:
-                return await self._run_in_one_thread(request)
-            return await self._run_stage_by_stage(request)
+            outcome = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            # the stages still run the request and own its state: let them finish first
+            await asyncio.wait([done])
+            raise
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[return-value]
+
+    async def decode(self, run: DecodeRun) -> AsyncGenerator[ForwardResult, None]:
+        """Each step's next one starts on the worker thread that finished it (see the class
+        doc); results reach the loop as they come."""
+        if run.steps < 1:
+            return
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[object] = asyncio.Queue()
+        ended = False
+        trip = _Trip(partial(_post, loop, inbox.put_nowait), run)
+        self._lanes.submit(0, partial(self._job, 0, run.request(run.token), trip))
+        try:
+            while True:
+                item = await inbox.get()
+                if item is _END:
+                    ended = True
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
         finally:
-            self._in_flight -= 1
-
-    async def _run_in_one_thread(self, request: ForwardRequest) -> ForwardResult:
-        return await run_holding(self._threadable, self._run_blocking, request)
-
-    def _run_blocking(self, request: ForwardRequest) -> ForwardResult:
-        return self._chain(request, [stage.forward_blocking for stage in self._threadable])
-
-    async def _run_stage_by_stage(self, request: ForwardRequest) -> ForwardResult:
-        compute: dict[int, float] = {}
-        result = ForwardResult(request.stream_id)
-        current = request
-        for index, stage in enumerate(self.stages):
-            last = index == len(self.stages) - 1
-            result = await stage.forward(current if last else replace(current, head=None))
-            compute.update(result.compute_ms)
-            if not last:
-                current = replace(request, payload=_hidden(result, index))
-        result.compute_ms = compute
-        return result
-
-    @staticmethod
-    def _chain(
-        request: ForwardRequest, forwards: Sequence[Callable[[ForwardRequest], ForwardResult]]
-    ) -> ForwardResult:
-        compute: dict[int, float] = {}
-        result = ForwardResult(request.stream_id)
-        current = request
-        for index, forward in enumerate(forwards):
-            last = index == len(forwards) - 1
-            result = forward(current if last else replace(current, head=None))
-            compute.update(result.compute_ms)
-            if not last:
-                current = replace(request, payload=_hidden(result, index))
-        result.compute_ms = compute
-        return result
+            run.stop()
+            while not ended:  # the step under way still owns the stream's state
+                ended = await _shielded_get(inbox) is _END
 
     async def reset(self, stream_id: int) -> None:
         await asyncio.gather(*(stage.reset(stream_id) for stage in self.stages))
@@ -138,7 +205,22 @@ class LocalRoute(Route):
         await asyncio.gather(*(stage.release(stream_id) for stage in self.stages))
 
     async def close(self) -> None:
+        self._lanes.close()
         await asyncio.gather(*(stage.close() for stage in self.stages))
+
+
+def _post(loop: asyncio.AbstractEventLoop, deliver: Callable[[object], None], item: object) -> None:
+    loop.call_soon_threadsafe(deliver, item)
+
+
+async def _shielded_get(inbox: asyncio.Queue[object]) -> object:
+    """The next item, even if the caller is being cancelled (it must wait for the thread)."""
+    getter = asyncio.ensure_future(inbox.get())
+    try:
+        return await asyncio.shield(getter)
+    except asyncio.CancelledError:
+        await asyncio.wait([getter])
+        return getter.result()
 
 
 def _hidden(result: ForwardResult, index: int) -> np.ndarray:
