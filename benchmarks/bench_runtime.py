@@ -8,8 +8,9 @@ median over rounds of the two figures taken seconds apart in that round:
   monolithic export with one thread (target >= 0.93);
 - 2 concurrent streams vs 1 stream, aggregate tok/s on the same 2 stages (target >= 1.85x on
   this 2-core machine);
-- the coordinator's own overhead per decode step: pipeline step time minus a bare synchronous
-  loop over the same two InferRequests, in microseconds.
+- the coordinator's own overhead per decode step: the pipeline's median step time minus a bare
+  synchronous loop's over the same two InferRequests, in microseconds (medians of each run's
+  steps: a run's mean carries the machine's bursts).
 
 Run: ``.venv/bin/python benchmarks/bench_runtime.py [--weights int4] [--tokens 64] [--rounds 12]``
 """
@@ -30,7 +31,7 @@ from bench_export import PROMPT, best_genai
 from common import bench_llama, ensure_export, print_figures
 
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline, safe_stage_config
-from fleetgui.runtime.metrics import StageTiming
+from fleetgui.runtime.metrics import StageTiming, TokensEmitted
 from fleetgui.runtime.ov_stage import StageConfig, infer_now, input_dtypes
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
 
@@ -77,17 +78,19 @@ class BareLoop:
                 payload = request.get_tensor("hidden_out").data
         return int(self.requests[-1].get_tensor("top1_ids").data[0, -1])
 
-    def decode_tok_s(self, n_tokens: int) -> float:
-        """Decode rate after a fresh prefill of the prompt (the first token is not counted)."""
+    def decode_steps_ms(self, n_tokens: int) -> list[float]:
+        """Each decode step's time after a fresh prefill of the prompt, in ms."""
         for request in self.requests:
             request.reset_state()
         token = self._step(self.prompt_ids, 0)
         position = len(self.prompt_ids)
-        start = time.perf_counter()
+        steps = []
         for _ in range(n_tokens - 1):
+            started = time.perf_counter()
             token = self._step([token], position)
+            steps.append((time.perf_counter() - started) * 1000)
             position += 1
-        return (n_tokens - 1) / (time.perf_counter() - start)
+        return steps
 
 
 class Genai:
@@ -118,10 +121,13 @@ async def pipeline_round(pipe: Pipeline, n_tokens: int, n_streams: int) -> dict[
     (all tokens over the wall time, prompts included), TTFT and per-stage decode compute."""
     options = GenerationOptions(max_new_tokens=n_tokens)
     stage_ms: dict[int, list[float]] = {}
+    step_ms: dict[int, list[float]] = {}
 
     def on_event(event: object) -> None:
         if isinstance(event, StageTiming) and event.positions == 1:
             stage_ms.setdefault(event.stage, []).append(event.compute_ms)
+        elif isinstance(event, TokensEmitted) and event.count:
+            step_ms.setdefault(event.stream_id, []).append(event.step_ms / event.count)
 
     unsubscribe = pipe.metrics.subscribe(on_event)
     try:
@@ -136,6 +142,7 @@ async def pipeline_round(pipe: Pipeline, n_tokens: int, n_streams: int) -> dict[
         "aggregate": sum(len(r.token_ids) for r in results) / wall,
         "per_stream": statistics.mean(r.tokens_per_s for r in results),
         "ttft_ms": statistics.mean(r.ttft_ms for r in results),
+        "step_ms": statistics.median(ms for steps in step_ms.values() for ms in steps[1:]),
         **{f"stage{k}_ms": statistics.median(v) for k, v in stage_ms.items()},
     }
 
@@ -155,7 +162,7 @@ async def measure(
         one = await pipeline_round(pipe, n_tokens, 1)
         for key, name in (("per_stream", "pp1"), ("aggregate", "pp1_aggregate")):
             runs.setdefault(name, []).append(one[key])
-        for key in ("ttft_ms", "stage0_ms", "stage1_ms"):
+        for key in ("ttft_ms", "stage0_ms", "stage1_ms", "step_ms"):
             runs.setdefault(key, []).append(one[key])
 
     async def pp2() -> None:
@@ -164,10 +171,15 @@ async def measure(
     async def sync(name: str, run: Callable[[int], float]) -> None:
         runs.setdefault(name, []).append(run(n_tokens))
 
+    async def bare_loop() -> None:
+        steps = bare.decode_steps_ms(n_tokens)
+        runs.setdefault("bare", []).append(1000.0 / statistics.mean(steps))
+        runs.setdefault("bare_step_ms", []).append(statistics.median(steps))
+
     contenders: list[Callable[[], Awaitable[None]]] = [
         pp1,
         pp2,
-        lambda: sync("bare", bare.decode_tok_s),
+        bare_loop,
         *(lambda name=name, g=g: sync(name, g.decode_tok_s) for name, g in genai.items()),
     ]
     try:
@@ -217,7 +229,7 @@ def main() -> None:
     single = paired(runs, "pp1", genai_name)
     streams = paired(runs, "pp2", "pp1_aggregate")
     overhead_us = statistics.median(
-        (1 / p - 1 / b) * 1e6 for p, b in zip(runs["pp1"], runs["bare"], strict=True)
+        (p - b) * 1000 for p, b in zip(runs["step_ms"], runs["bare_step_ms"], strict=True)
     )
     rows = [
         (f"genai monolithic, 1 thread, its best ({genai_name})", f"{med['genai']:.1f} tok/s"),
@@ -231,7 +243,11 @@ def main() -> None:
         ("2-stage pipeline, 2 streams, all tokens / wall", f"{med['pp2']:.1f} tok/s"),
         ("ratio 2 streams / 1 stream, paired by round (target >= 1.85)", f"{streams:.2f}x"),
         ("bare synchronous 2-stage loop", f"{med['bare']:.1f} tok/s"),
-        ("coordinator overhead per decode step", f"{overhead_us:.0f} us"),
+        (
+            "median decode step: pipeline vs bare loop",
+            f"{med['step_ms']:.2f} vs {med['bare_step_ms']:.2f} ms",
+        ),
+        ("coordinator overhead per decode step (paired by round)", f"{overhead_us:.0f} us"),
     ]
     figures: dict[str, Any] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
     figures.update(
