@@ -342,10 +342,16 @@ class Pipeline:
         if stream.options.speculative:
             while True:
                 yield await self._speculative_step(stream)
+        async with contextlib.aclosing(self._plain_steps(stream)) as plain:
+            async for tokens in plain:  # closed with this one: a step under way is waited for
+                yield tokens
+
+    async def _plain_steps(self, stream: _Stream) -> AsyncGenerator[list[int], None]:
+        """Plain decode steps as one run the route chains itself (no trip through this loop
+        between two tokens), up to the token limit and the context."""
         rewind, pending = stream.target.plan(stream.committed)
         if rewind or len(pending) != 1:
             raise RuntimeError(f"stream {stream.id}: the cache is not one token behind")
-        # the route chains the steps itself: no trip through this loop between two tokens
         run = DecodeRun(
             stream.id,
             pending[0],
