@@ -5,6 +5,7 @@ cancellation that waits for the thread's work before the stream is freed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -207,3 +208,32 @@ def test_a_cancelled_stream_is_freed_only_after_its_thread_is_done(exports: dict
     assert calls_at_cancel <= 10  # the pass under way (and its other stage), nothing more
     assert held == 0  # the stream was released on every stage
     assert again == reference
+
+
+def test_closing_the_pipeline_stops_a_decode_run_under_way(exports: dict) -> None:
+    """A pipeline closed while a stream decodes (the app quitting mid-answer) stops the run
+    after its step under way instead of computing the rest of its token budget."""
+
+    async def main() -> tuple[int, int, int]:
+        pipe = pipeline(exports["2s"])
+        log = watched(pipe)
+        deltas = 0
+        closed_at = -1
+        try:
+            async with contextlib.aclosing(
+                pipe.stream(PROMPT, GenerationOptions(max_new_tokens=400))
+            ) as items:
+                async for _item in items:
+                    deltas += 1
+                    if deltas == 5:
+                        await pipe.close()
+                        closed_at = len(log.calls)
+        finally:
+            await pipe.close()
+        await asyncio.sleep(0.3)  # a run that went on would keep calling the stages
+        return closed_at, len(log.calls), deltas
+
+    closed_at, calls, deltas = asyncio.run(main())
+    assert closed_at > 0
+    assert calls <= closed_at + 2 * 2  # at most the step under way and one already handed on
+    assert deltas < 40

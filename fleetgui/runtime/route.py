@@ -25,7 +25,7 @@ from fleetgui.runtime.stage import (
 )
 
 
-@dataclass
+@dataclass(eq=False)  # a run is itself: compared and hashed by identity
 class DecodeRun:
     """Plain decoding steps of one stream, which a route may chain by itself: each step feeds
     the token the previous one returned (the first feeds ``token``) with the head
@@ -126,6 +126,7 @@ class LocalRoute(Route):
             blocking.append(stage)
         self.stages = blocking
         self._lanes = StageLanes(len(blocking))
+        self._runs: set[DecodeRun] = set()  # decode runs under way (close stops them)
 
     @property
     def n_stages(self) -> int:
@@ -187,6 +188,7 @@ class LocalRoute(Route):
         ended = False
         trip = _Trip(partial(_post, loop, inbox.put_nowait), run)
         self._lanes.submit(0, partial(self._job, 0, run.request(run.token), trip))
+        self._runs.add(run)
         try:
             while True:
                 item = await inbox.get()
@@ -200,6 +202,7 @@ class LocalRoute(Route):
             run.stop()
             while not ended:  # the step under way still owns the stream's state
                 ended = await _shielded_get(inbox) is _END
+            self._runs.discard(run)
 
     async def reset(self, stream_id: int) -> None:
         await asyncio.gather(*(stage.reset(stream_id) for stage in self.stages))
@@ -208,6 +211,10 @@ class LocalRoute(Route):
         await asyncio.gather(*(stage.release(stream_id) for stage in self.stages))
 
     async def close(self) -> None:
+        """Stop decode runs after their step under way, refuse new requests, close the
+        stages."""
+        for run in list(self._runs):
+            run.stop()
         self._lanes.close()
         await asyncio.gather(*(stage.close() for stage in self.stages))
 
