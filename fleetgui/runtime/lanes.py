@@ -23,12 +23,11 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
 
 log = logging.getLogger(__name__)
 
 #: A job returns nothing, or a follow-up: (lane, job) to run after it.
-Job = Callable[[], Optional[tuple[int, "Job"]]]  # noqa: UP045 (a forward reference)
+Job = Callable[[], "tuple[int, Job] | None"]
 
 
 class LanesClosedError(RuntimeError):
@@ -49,10 +48,6 @@ class StageLanes:
         self._closed = False
         # the threads of a route nobody closed (e.g. a replaced ring's) end with it
         weakref.finalize(self, self._pool.shutdown, wait=False)
-
-    @property
-    def n_lanes(self) -> int:
-        return len(self._queues)
 
     def submit(self, lane: int, job: Job) -> None:
         """Queue ``job`` on ``lane`` (from any thread)."""

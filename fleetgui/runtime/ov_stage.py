@@ -1,9 +1,11 @@
 """A stage that runs an exported OpenVINO shard in this process.
 
-OpenVINO runs each request asynchronously (``start_async``) and signals the asyncio loop from its
-callback, so the GIL is free while a stage computes and several stages (and streams) overlap.
-One InferRequest per stream holds that stream's KV state; one request at a time runs on a stage
-(its lock), in arrival order, which is what interleaves streams across stages.
+One InferRequest per stream holds that stream's KV state. OpenVINO releases the GIL while it
+computes, so stages on different threads overlap. A route runs the stage synchronously
+(:meth:`LocalStage.forward_blocking`) on its lane's worker thread, one request at a time in
+arrival order (:mod:`fleetgui.runtime.lanes`), which is what interleaves streams across stages;
+:meth:`LocalStage.forward` runs it from the event loop instead (``start_async``, the loop
+signalled from OpenVINO's callback), one request at a time under the stage's lock.
 """
 
 from __future__ import annotations
