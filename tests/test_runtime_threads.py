@@ -44,6 +44,13 @@ class CallLog:
         self.on_blocking: Callable[[str, int], None] | None = None
         self.recording = True
 
+    def _record(self, name: str, request: ForwardRequest, kind: str, started: float) -> None:
+        if self.recording:
+            ended = time.perf_counter()
+            self.calls.append(
+                (name, request.stream_id, threading.get_ident(), kind, started, ended)
+            )
+
     def watch(self, name: str, stage: LocalStage) -> None:
         blocking, forward = stage.forward_blocking, stage.forward
 
@@ -52,33 +59,13 @@ class CallLog:
             if self.on_blocking is not None:
                 self.on_blocking(name, len(self.calls) + 1)
             result = blocking(request)
-            if self.recording:
-                self.calls.append(
-                    (
-                        name,
-                        request.stream_id,
-                        threading.get_ident(),
-                        "blocking",
-                        started,
-                        time.perf_counter(),
-                    )
-                )
+            self._record(name, request, "blocking", started)
             return result
 
         async def forward_async(request: ForwardRequest) -> ForwardResult:
             started = time.perf_counter()
             result = await forward(request)
-            if self.recording:
-                self.calls.append(
-                    (
-                        name,
-                        request.stream_id,
-                        threading.get_ident(),
-                        "async",
-                        started,
-                        time.perf_counter(),
-                    )
-                )
+            self._record(name, request, "async", started)
             return result
 
         stage.forward_blocking = forward_blocking  # type: ignore[method-assign]

@@ -4,8 +4,7 @@ One InferRequest per stream holds that stream's KV state. OpenVINO releases the 
 computes, so stages on different threads overlap. A route runs the stage synchronously
 (:meth:`LocalStage.forward_blocking`) on its lane's worker thread, one request at a time in
 arrival order (:mod:`fleetgui.runtime.lanes`), which is what interleaves streams across stages;
-:meth:`LocalStage.forward` runs it from the event loop instead (``start_async``, the loop
-signalled from OpenVINO's callback), one request at a time under the stage's lock.
+:meth:`LocalStage.forward` runs it off the event loop under the stage's lock.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from fleetgui.runtime.stage import (
     ForwardResult,
     LogitsHead,
     StageError,
+    run_holding,
 )
 from fleetgui.shard import Shard
 
@@ -108,40 +108,14 @@ def _as_tensors(inputs: dict[str, Any], dtypes: dict[str, np.dtype[Any]]) -> dic
 def infer_now(
     request: ov.InferRequest, inputs: dict[str, Any], dtypes: dict[str, np.dtype[Any]]
 ) -> None:
-    """:func:`infer_async`'s synchronous twin (blocks until the result is there)."""
-    _RawInferRequest.infer(request, _as_tensors(inputs, dtypes), True, False)
-
-
-async def infer_async(
-    request: ov.InferRequest, inputs: dict[str, Any], dtypes: dict[str, np.dtype[Any]]
-) -> None:
-    """Run ``request`` on ``inputs`` (with ``dtypes`` from :func:`input_dtypes`) without
-    blocking the event loop.
+    """Run ``request`` on ``inputs`` (with ``dtypes`` from :func:`input_dtypes`) and wait for
+    the result.
 
     The inputs become tensors over the caller's arrays (no copy; the caller keeps them alive and
     unchanged until this returns) and go straight to the C++ request: OpenVINO's Python input
     dispatcher looked every input tensor up on the request to check its type, about 0.2 ms a
     call, twice per token in a 2-stage pipeline (py-spy)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def finished(_: Any) -> None:
-        loop.call_soon_threadsafe(settle)
-
-    request.set_callback(finished, None)
-    _RawInferRequest.start_async(request, _as_tensors(inputs, dtypes), None)
-    try:
-        await asyncio.shield(done)
-    except asyncio.CancelledError:
-        # The request still runs and owns its inputs and state: let it finish before the
-        # caller (e.g. a stopped chat) releases the stream.
-        await asyncio.to_thread(request.wait)
-        raise
-    request.wait()  # re-raises an inference error, if any
+    _RawInferRequest.infer(request, _as_tensors(inputs, dtypes), True, False)
 
 
 def keep_outputs(model: ov.Model, names: Collection[str]) -> ov.Model:
@@ -285,15 +259,7 @@ class LocalStage(BlockingStage):
         )
 
     async def forward(self, request: ForwardRequest) -> ForwardResult:
-        async with self._lock:
-            started = time.perf_counter()
-            try:
-                slot, inputs = self._begin(request)
-                for part, infer in enumerate(slot.requests):
-                    await infer_async(infer, self._link(slot, inputs, part), self._dtypes[part])
-            except Exception as exc:
-                raise self._failed(request, exc) from exc
-            return self._finish(slot, request, started)
+        return await run_holding([self], self.forward_blocking, request)
 
     def forward_blocking(self, request: ForwardRequest) -> ForwardResult:
         started = time.perf_counter()

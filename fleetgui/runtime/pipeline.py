@@ -228,9 +228,12 @@ class Pipeline:
                 stream.target.compacted()
             stream.target.applied(0, chunk)
             rewind = 0
-            for stage, ms in sorted(result.compute_ms.items()):
-                self.metrics.emit(StageTiming(stream.id, stage, ms, len(chunk)))
+            self._emit_stage_timings(stream.id, result, len(chunk))
         return result
+
+    def _emit_stage_timings(self, stream_id: int, result: ForwardResult, positions: int) -> None:
+        for stage, ms in sorted(result.compute_ms.items()):
+            self.metrics.emit(StageTiming(stream_id, stage, ms, positions))
 
     def _plain_head(self, stream: _Stream) -> HeadOp:
         params = stream.options.sampling
@@ -363,8 +366,7 @@ class Pipeline:
         async with contextlib.aclosing(self.route.decode(run)) as results:
             async for result in results:
                 stream.target.applied(0, [fed])
-                for stage, ms in sorted(result.compute_ms.items()):
-                    self.metrics.emit(StageTiming(stream.id, stage, ms, 1))
+                self._emit_stage_timings(stream.id, result, 1)
                 if result.tokens:
                     fed = result.tokens[-1]
                 yield result.tokens

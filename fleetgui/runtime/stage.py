@@ -126,10 +126,9 @@ class BlockingStage(Stage):
     loop's, while its caller holds :attr:`lock`.
 
     Every wake-up of another thread costs here (0.3-0.4 ms on this machine's virtual CPUs), and
-    an asynchronous forward takes two: the inference thread's start and the loop's wake-up. A
-    caller with several forwards in a row and nothing else to overlap them with (one request
-    through several in-process stages, a draft's K proposals) runs them all in one thread
-    instead: two wake-ups in all.
+    a forward from the loop takes two: the worker thread's start and the loop's wake-up. A
+    caller with several forwards in a row (a local route's stages, a draft's K proposals) runs
+    them all on one thread instead.
     """
 
     @property
@@ -143,7 +142,8 @@ class BlockingStage(Stage):
 
     @abstractmethod
     def forward_blocking(self, request: ForwardRequest) -> ForwardResult:
-        """:meth:`forward`, synchronously; the caller holds :attr:`lock` and is off the loop."""
+        """:meth:`forward`, synchronously, off the loop; the caller runs nothing else on this
+        stage meanwhile (it holds :attr:`lock`, or is the stage's lane in a local route)."""
 
 
 _T = TypeVar("_T")
