@@ -15,6 +15,14 @@ C. ``--demo DIR``: the demo pair (``fleetgui demo-model``): PP+SD+MB with 2 stre
    in two layouts side by side: the demo's own (the coordinator runs the draft, both target
    stages run on the worker) and the coordinator also running target stage 0.
 
+Beside the measured figures, ceilings (:mod:`ceilings`) from bare loops (:mod:`bare_loop`) on
+the coordinator's core in the same repeat: part A's two stages in one process with no ring, and
+part C's rounds as they ran (each round's K and accepted drafts) costed at the bare draft and
+verify passes alone: the rate no coordinator could beat on this machine. genai's rate is a
+decode rate (1 / time per output token), so each part also gives the fleet's decode throughput
+(tokens after each stream's first, over the span from the first first token to the last
+token) beside all tokens over the wall time.
+
 Run: ``.venv/bin/python benchmarks/bench_fleet.py [--weights int4] [--tokens 128]``
 """
 
@@ -33,18 +41,30 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bare_loop import BareLoop
 from bench_export import PROMPT, best_genai, genai_configs_tok_s, record_genai
-from common import bench_cache, bench_llama, ensure_export, k_choice, print_figures
+from ceilings import ceiling_tok_s, speculative_rounds
+from common import (
+    bench_cache,
+    bench_llama,
+    decode_throughput,
+    ensure_export,
+    k_choice,
+    print_figures,
+)
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
 from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.runtime.loader import LocalPipelineConfig
+from fleetgui.runtime.metrics import SpeculationRound, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import GenerationOptions
-from fleetgui.runtime.speculative import AutoK
+from fleetgui.runtime.speculative import K_MAX, AutoK
 
+VERIFY_PASSES = 16  # bare passes timed per width
+BARE_PROMPT = 40  # tokens of the bare loops' prompt (ids 5, 6, ...: only their count matters)
 PROMPTS = (
     PROMPT,
     "class LinkedList:\n    def __init__(self):\n        self.head = None\n\n    def append(",
@@ -115,7 +135,11 @@ async def fleet_run(
     k: int | None = None,
     local_stages: int = 1,
     new_auto_k: Callable[[], AutoK] = AutoK,
-) -> dict[str, float]:
+) -> dict[str, Any]:
+    """One timed generation of ``n_streams`` concurrent requests on a fresh session: rates,
+    TTFT and acceptance, and from the metrics the decode passes' median stage compute
+    (``stage_ms``) and ring time besides it (``hop_ms``) and each stream's speculative rounds
+    as (K, accepted) (``rounds``)."""
     stage = StageConfig(threads=1)
     config = CoordinatorConfig(
         local_stages=local_stages,
@@ -132,6 +156,19 @@ async def fleet_run(
         speculative = draft is not None
         await pipe.complete("warm up", GenerationOptions(max_new_tokens=4, speculative=speculative))
         options = GenerationOptions(max_new_tokens=n_tokens, speculative=speculative, k=k)
+        stage_ms: dict[int, list[float]] = {}
+        hop_ms: list[float] = []
+        rounds: dict[int, list[tuple[int, int]]] = {}
+
+        def on_event(event: object) -> None:
+            if isinstance(event, StageTiming) and event.positions == 1:
+                stage_ms.setdefault(event.stage, []).append(event.compute_ms)
+            elif isinstance(event, TransferTiming):
+                hop_ms.append(event.ms)
+            elif isinstance(event, SpeculationRound):
+                rounds.setdefault(event.stream_id, []).append((event.k, event.accepted))
+
+        pipe.metrics.subscribe(on_event)
         started = time.perf_counter()
         results = await asyncio.gather(
             *(pipe.complete(PROMPTS[i % len(PROMPTS)], options) for i in range(n_streams))
@@ -142,9 +179,13 @@ async def fleet_run(
     accepted = [r.acceptance_rate for r in results if r.acceptance_rate is not None]
     return {
         "aggregate": sum(len(r.token_ids) for r in results) / wall,
+        "decode_aggregate": decode_throughput(results),
         "per_stream": statistics.mean(r.tokens_per_s for r in results),
         "ttft_ms": statistics.mean(r.ttft_ms for r in results),
         "acceptance": statistics.mean(accepted) if accepted else 0.0,
+        "stage_ms": {k: statistics.median(v) for k, v in sorted(stage_ms.items())},
+        "hop_ms": statistics.median(hop_ms) if hop_ms else 0.0,
+        "rounds": list(rounds.values()),
     }
 
 
@@ -155,21 +196,34 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     )
 
     mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
-    runs: dict[str, list[float]] = {"pp1": [], "pp1_all": [], "pp2": [], "ttft": []}
+    # the same two stages in one synchronous loop on the coordinator's core: no ring at all
+    bare = BareLoop(two, list(range(5, 5 + BARE_PROMPT)), args.tokens)
+    runs: dict[str, list[float]] = {}
+
+    def record(name: str, value: float) -> None:
+        runs.setdefault(name, []).append(value)
+
     with fleet_workers(["w1"], identity) as workers:
         endpoints = [w.endpoint for w in workers]
         for _ in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, args.weights))
+            record("bare", 1000.0 / statistics.mean(bare.decode_steps_ms(args.tokens)))
             one = asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 1))
-            runs["pp1"].append(one["per_stream"])  # decode rate, as genai's
-            runs["pp1_all"].append(one["aggregate"])  # all tokens / wall, as pp2's
-            runs["ttft"].append(one["ttft_ms"])
-            runs["pp2"].append(
-                asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 2))["aggregate"]
-            )
+            record("pp1", one["per_stream"])  # decode rate, as genai's
+            record("pp1_all", one["aggregate"])  # all tokens / wall, as pp2's
+            record("ttft", one["ttft_ms"])
+            for stage, ms in one["stage_ms"].items():
+                record(f"stage{stage}_ms", ms)
+            record("hop_ms", one["hop_ms"])
+            two_streams = asyncio.run(fleet_run(identity, endpoints, two, args.tokens, 2))
+            record("pp2", two_streams["aggregate"])
+            record("pp2_decode", two_streams["decode_aggregate"])
     med = {k: statistics.median(v) for k, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
-    streams = statistics.median(b / a for a, b in zip(runs["pp1_all"], runs["pp2"], strict=True))
+
+    def paired(over: str, under: str) -> float:
+        return statistics.median(a / b for a, b in zip(runs[over], runs[under], strict=True))
+
     FIGURES["A"] = runs
     return [
         (f"A genai monolithic, 1 core, its best ({genai_name})", f"{med['genai']:.1f} tok/s"),
@@ -177,10 +231,24 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
             "A fleet 2 stages (coord + 1 worker), 1 stream",
             f"{med['pp1']:.1f} tok/s (TTFT {med['ttft']:.0f} ms)",
         ),
-        ("A ratio fleet / genai (target >= 0.9)", f"{med['pp1'] / med['genai']:.3f}"),
+        ("A ratio fleet / genai, paired (target >= 0.9)", f"{paired('pp1', genai_name):.3f}"),
+        (
+            "A per decode step: stage compute, ring besides it",
+            f"{med['stage0_ms']:.2f} + {med['stage1_ms']:.2f} ms, {med['hop_ms']:.2f} ms",
+        ),
+        ("A bare 2-stage loop on one core (no ring)", f"{med['bare']:.1f} tok/s"),
+        (
+            "A ceiling without a ring: bare loop / genai, paired",
+            f"{paired('bare', genai_name):.3f}",
+        ),
         ("A fleet 1 stream, all tokens / wall", f"{med['pp1_all']:.1f} tok/s"),
         ("A fleet 2 streams, all tokens / wall", f"{med['pp2']:.1f} tok/s"),
-        ("A ratio 2 streams / 1, paired by repeat (target >= 1.85)", f"{streams:.2f}x"),
+        ("A ratio 2 streams / 1, paired (target >= 1.85)", f"{paired('pp2', 'pp1_all'):.3f}x"),
+        ("A fleet 2 streams, decode throughput", f"{med['pp2_decode']:.1f} tok/s"),
+        (
+            "A the same ratio by decode throughput (prefill left out)",
+            f"{paired('pp2_decode', 'pp1'):.3f}x",
+        ),
     ]
 
 
@@ -238,6 +306,36 @@ DEMO_LAYOUTS = {
 }
 
 
+def record_ceilings(
+    runs: dict[str, list[float]],
+    rounds: dict[str, list[list[tuple[int, int]]]],
+    layout_of: dict[str, str],
+    bare_draft: BareLoop,
+    bare_target: BareLoop,
+) -> None:
+    """Time the bare passes the variants' rounds used and add each variant's ceiling (the
+    aggregate tok/s of those rounds with nothing but the passes taking time, :mod:`ceilings`)
+    to ``runs``, as ``<variant>_ceiling``."""
+    widths = {1, 5} | {k + 1 for streams in rounds.values() for s in streams for k, _ in s}
+    draft_ms = bare_draft.pass_ms(1, VERIFY_PASSES)[0]
+    verify = {n: bare_target.pass_ms(n, VERIFY_PASSES) for n in sorted(widths)}
+    runs.setdefault("draft_pass_ms", []).append(draft_ms)
+    for n in (1, 5):
+        runs.setdefault(f"verify{n}_ms", []).append(sum(verify[n]))
+    for name, streams in rounds.items():
+        on_coordinator = DEMO_LAYOUTS[layout_of[name]][0]
+        where = {
+            n: [("coordinator" if i < on_coordinator else "worker", ms) for i, ms in enumerate(v)]
+            for n, v in verify.items()
+        }
+        work, tokens = [], 0
+        for stream in streams:
+            stream_work, stream_tokens = speculative_rounds(stream, draft_ms, where)
+            work.append(stream_work)
+            tokens += stream_tokens
+        runs.setdefault(f"{name}_ceiling", []).append(ceiling_tok_s(work, tokens))
+
+
 def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]:
     from fleetgui.demo import load_pair
 
@@ -257,13 +355,20 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     # one variant per layout and K; a single K keeps the layout's name as the figure's key
     variants = [(layout, k) for layout in layouts for k in ks]
     names = [layout if len(ks) == 1 else f"{layout}_k{k}" for layout, k in variants]
+    layout_of = {name: layout for name, (layout, _) in zip(names, variants, strict=True)}
     runs: dict[str, list[float]] = {}
+    # the draft and the target's two stages in bare loops on the coordinator's core, for the
+    # ceilings: the same passes as the runs' rounds, with nothing around them
+    bare_prompt = list(range(5, 5 + BARE_PROMPT))
+    bare_draft = BareLoop(draft, bare_prompt, 32)
+    bare_target = BareLoop(target2, bare_prompt, (K_MAX + 1) * VERIFY_PASSES)
     with fleet_workers(["w1"], identity) as workers:
         endpoints = [w.endpoint for w in workers]
         for index in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, weights))
             order = list(zip(names, variants, strict=True))
             shift = index % len(order)  # rotate which variant runs first
+            rounds: dict[str, list[list[tuple[int, int]]]] = {}
             for name, (layout, k_text) in order[shift:] + order[:shift]:
                 fixed_k, new_auto_k = ks[k_text]
                 result = asyncio.run(
@@ -280,13 +385,27 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
                     )
                 )
                 runs.setdefault(name, []).append(result["aggregate"])
+                runs.setdefault(f"{name}_decode", []).append(result["decode_aggregate"])
                 runs.setdefault(f"{name}_acceptance", []).append(result["acceptance"])
+                rounds[name] = result["rounds"]
+            record_ceilings(runs, rounds, layout_of, bare_draft, bare_target)
     med = {key: statistics.median(v) for key, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
     FIGURES["C"] = runs
-    rows = [(f"C demo target monolithic ({genai_name}), 1 user", f"{med['genai']:.1f} tok/s")]
+    rows = [
+        (f"C demo target monolithic ({genai_name}), 1 user", f"{med['genai']:.1f} tok/s"),
+        (
+            "C bare passes on one core: a draft step; the target's 2 stages, 1 and 5 positions",
+            f"{med['draft_pass_ms']:.3f} ms; "
+            f"{med['verify1_ms']:.3f} ms, {med['verify5_ms']:.3f} ms",
+        ),
+    ]
     for name, (layout, k_text) in zip(names, variants, strict=True):
         label = DEMO_LAYOUTS[layout][1]
+        ceiling, decode = (
+            statistics.median(c / g for c, g in zip(runs[key], runs[genai_name], strict=True))
+            for key in (f"{name}_ceiling", f"{name}_decode")
+        )
         rows += [
             (
                 f"C demo PP+SD+MB, {args.demo_streams} streams, K {k_text}, {label}",
@@ -296,6 +415,14 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
                 f"C ratio, K {k_text}, {label}"
                 + (" (target >= 2.0; paper 1.79)" if args.demo_streams == 2 else ""),
                 f"{med[name] / med['genai']:.2f}x",
+            ),
+            (
+                f"C decode throughput (prefill left out), K {k_text}, {label}",
+                f"{med[name + '_decode']:.1f} tok/s, {decode:.2f}x genai (paired)",
+            ),
+            (
+                f"C ceiling of those rounds (passes only, no messages), K {k_text}, {label}",
+                f"{med[name + '_ceiling']:.1f} tok/s, {ceiling:.2f}x genai (paired)",
             ),
         ]
     return rows

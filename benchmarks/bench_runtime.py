@@ -10,7 +10,11 @@ median over rounds of the two figures taken seconds apart in that round:
   this 2-core machine);
 - the coordinator's own overhead per decode step: the pipeline's median step time minus a bare
   synchronous loop's over the same two InferRequests, in microseconds (medians of each run's
-  steps: a run's mean carries the machine's bursts).
+  steps: a run's mean carries the machine's bursts);
+- ceilings (:mod:`ceilings`): the bare loop over the two stages against genai (what one stream
+  could reach if the coordinator cost nothing), the same layers exported as one graph (what the
+  split itself costs), and the 2-stream ratio the stage times allow when each stage computes
+  beside the other's work (both cores busy slow each other down on this machine).
 
 Run: ``.venv/bin/python benchmarks/bench_runtime.py [--weights int4] [--tokens 64] [--rounds 12]``
 """
@@ -26,13 +30,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bare_loop import BareLoop
 from bench_export import PROMPT, best_genai
-from common import bench_llama, ensure_export, print_figures
+from ceilings import Work, ceiling_tok_s
+from common import bench_llama, decode_throughput, ensure_export, print_figures
 
-from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline, safe_stage_config
+from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import StageTiming, TokensEmitted
-from fleetgui.runtime.ov_stage import StageConfig, infer_now, input_dtypes
+from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
 
 log = logging.getLogger("bench_runtime")
@@ -41,56 +46,6 @@ PROMPTS = (
     PROMPT,
     "class LinkedList:\n    def __init__(self):\n        self.head = None\n\n    def append(",
 )
-
-
-class BareLoop:
-    """Two stages chained by a minimal synchronous loop: the floor for per-step cost."""
-
-    def __init__(self, export: Path, prompt_ids: list[int], max_tokens: int) -> None:
-        import openvino as ov
-
-        from fleetgui.export.manifest import read_manifest
-
-        manifest = read_manifest(export)
-        core = ov.Core()
-        props = safe_stage_config(StageConfig(threads=1), manifest.weight_format).ov_properties()
-        compiled = [
-            core.compile_model(export / s.model_file, "CPU", props) for s in manifest.stages
-        ]
-        self.requests = [c.create_infer_request() for c in compiled]
-        self.dtypes = [input_dtypes(c) for c in compiled]
-        self.prompt_ids = prompt_ids
-        self.mask = np.ones((1, len(prompt_ids) + max_tokens), dtype=np.int64)
-        self.beam = np.zeros(1, dtype=np.int32)
-
-    def _step(self, ids: list[int], position: int) -> int:
-        n = len(ids)
-        common = {
-            "attention_mask": self.mask[:, : position + n],
-            "position_ids": np.arange(position, position + n, dtype=np.int64)[None, :],
-            "beam_idx": self.beam,
-        }
-        payload: Any = np.array([ids], dtype=np.int64)
-        for index, request in enumerate(self.requests):
-            main = "input_ids" if index == 0 else "hidden_in"
-            infer_now(request, {main: payload, **common}, self.dtypes[index])
-            if index < len(self.requests) - 1:
-                payload = request.get_tensor("hidden_out").data
-        return int(self.requests[-1].get_tensor("top1_ids").data[0, -1])
-
-    def decode_steps_ms(self, n_tokens: int) -> list[float]:
-        """Each decode step's time after a fresh prefill of the prompt, in ms."""
-        for request in self.requests:
-            request.reset_state()
-        token = self._step(self.prompt_ids, 0)
-        position = len(self.prompt_ids)
-        steps = []
-        for _ in range(n_tokens - 1):
-            started = time.perf_counter()
-            token = self._step([token], position)
-            steps.append((time.perf_counter() - started) * 1000)
-            position += 1
-        return steps
 
 
 class Genai:
@@ -140,6 +95,7 @@ async def pipeline_round(pipe: Pipeline, n_tokens: int, n_streams: int) -> dict[
         unsubscribe()
     return {
         "aggregate": sum(len(r.token_ids) for r in results) / wall,
+        "decode_aggregate": decode_throughput(results),
         "per_stream": statistics.mean(r.tokens_per_s for r in results),
         "ttft_ms": statistics.mean(r.ttft_ms for r in results),
         "step_ms": statistics.median(ms for steps in step_ms.values() for ms in steps[1:]),
@@ -148,7 +104,7 @@ async def pipeline_round(pipe: Pipeline, n_tokens: int, n_streams: int) -> dict[
 
 
 async def measure(
-    two: Path, mono: Path, prompt_ids: list[int], n_tokens: int, rounds: int
+    two: Path, one: Path, mono: Path, prompt_ids: list[int], *, n_tokens: int, rounds: int
 ) -> dict[str, list[float]]:
     """Every contender once per round, in an order that rotates from round to round, so that
     each ratio pairs figures taken seconds apart (this machine's speed drifts by 20 % within
@@ -156,6 +112,7 @@ async def measure(
     pipe = load_local_pipeline(two, config=LocalPipelineConfig(stage=StageConfig(threads=1)))
     genai = {"genai": Genai(mono, f32=False), "genai_f32": Genai(mono, f32=True)}
     bare = BareLoop(two, prompt_ids, n_tokens)
+    bare_one = BareLoop(one, prompt_ids, n_tokens)  # the same layers as one graph
     runs: dict[str, list[float]] = {}
 
     async def pp1() -> None:
@@ -166,7 +123,11 @@ async def measure(
             runs.setdefault(key, []).append(one[key])
 
     async def pp2() -> None:
-        runs.setdefault("pp2", []).append((await pipeline_round(pipe, n_tokens, 2))["aggregate"])
+        two_streams = await pipeline_round(pipe, n_tokens, 2)
+        runs.setdefault("pp2", []).append(two_streams["aggregate"])
+        runs.setdefault("pp2_decode", []).append(two_streams["decode_aggregate"])
+        for key in ("stage0_ms", "stage1_ms"):  # while the other stage works on the other stream
+            runs.setdefault(f"pp2_{key}", []).append(two_streams[key])
 
     async def sync(name: str, run: Callable[[int], float]) -> None:
         runs.setdefault(name, []).append(run(n_tokens))
@@ -176,10 +137,16 @@ async def measure(
         runs.setdefault("bare", []).append(1000.0 / statistics.mean(steps))
         runs.setdefault("bare_step_ms", []).append(statistics.median(steps))
 
+    async def bare_one_graph() -> None:
+        runs.setdefault("bare_one", []).append(
+            1000.0 / statistics.mean(bare_one.decode_steps_ms(n_tokens))
+        )
+
     contenders: list[Callable[[], Awaitable[None]]] = [
         pp1,
         pp2,
         bare_loop,
+        bare_one_graph,
         *(lambda name=name, g=g: sync(name, g.decode_tok_s) for name, g in genai.items()),
     ]
     try:
@@ -202,6 +169,24 @@ def paired(runs: dict[str, list[float]], over: str, under: str) -> float:
     return statistics.median(a / b for a, b in zip(runs[over], runs[under], strict=True))
 
 
+def streams_ceiling(runs: dict[str, list[float]], n_tokens: int) -> float:
+    """Median over rounds of the 2-streams / 1-stream ratio that the stage times themselves
+    allow (:mod:`ceilings`): one stream's tokens cost both stages' times as measured alone,
+    two streams' as measured while the other stage worked on the other stream."""
+    ratios = []
+    for alone0, alone1, both0, both1 in zip(
+        runs["stage0_ms"],
+        runs["stage1_ms"],
+        runs["pp2_stage0_ms"],
+        runs["pp2_stage1_ms"],
+        strict=True,
+    ):
+        one = [[[Work("core0", alone0), Work("core1", alone1)]] * n_tokens]
+        two = [[[Work("core0", both0), Work("core1", both1)]] * n_tokens] * 2
+        ratios.append(ceiling_tok_s(two, 2 * n_tokens) / ceiling_tok_s(one, n_tokens))
+    return statistics.median(ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--weights", default="int4")
@@ -222,12 +207,19 @@ def main() -> None:
         layers=args.layers,
         weights=args.weights,
     )
+    one = ensure_export(model, f"bench-1stage-{args.weights}", layers="0:16", weights=args.weights)
     mono = ensure_export(model, f"bench-mono-{args.weights}", monolithic=True, weights=args.weights)
-    runs = asyncio.run(measure(two, mono, prompt_ids, args.tokens, args.rounds))
+    runs = asyncio.run(
+        measure(two, one, mono, prompt_ids, n_tokens=args.tokens, rounds=args.rounds)
+    )
     med = {k: statistics.median(v) for k, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
     single = paired(runs, "pp1", genai_name)
     streams = paired(runs, "pp2", "pp1_aggregate")
+    streams_decode = paired(runs, "pp2_decode", "pp1")
+    bare_ceiling = paired(runs, "bare", genai_name)
+    split = paired(runs, "bare", "bare_one")
+    streams_limit = streams_ceiling(runs, args.tokens)
     overhead_us = statistics.median(
         (p - b) * 1000 for p, b in zip(runs["step_ms"], runs["bare_step_ms"], strict=True)
     )
@@ -241,17 +233,33 @@ def main() -> None:
         ("ratio 2-stage / genai, paired by round (target >= 0.93)", f"{single:.3f}"),
         ("2-stage pipeline, 1 stream, all tokens / wall", f"{med['pp1_aggregate']:.1f} tok/s"),
         ("2-stage pipeline, 2 streams, all tokens / wall", f"{med['pp2']:.1f} tok/s"),
-        ("ratio 2 streams / 1 stream, paired by round (target >= 1.85)", f"{streams:.2f}x"),
+        ("ratio 2 streams / 1 stream, paired by round (target >= 1.85)", f"{streams:.3f}x"),
+        ("2-stage pipeline, 2 streams, decode throughput", f"{med['pp2_decode']:.1f} tok/s"),
+        ("the same ratio by decode throughput (prefill left out)", f"{streams_decode:.3f}x"),
         ("bare synchronous 2-stage loop", f"{med['bare']:.1f} tok/s"),
         (
             "median decode step: pipeline vs bare loop",
             f"{med['step_ms']:.2f} vs {med['bare_step_ms']:.2f} ms",
         ),
         ("coordinator overhead per decode step (paired by round)", f"{overhead_us:.0f} us"),
+        ("bare loop over the same 16 layers as one graph", f"{med['bare_one']:.1f} tok/s"),
+        ("the split itself: bare 2-stage / bare 1-graph, paired", f"{split:.3f}"),
+        ("ceiling for 1 stream: bare 2-stage / genai, paired", f"{bare_ceiling:.3f}"),
+        (
+            "stage compute with 2 streams (each beside the other's work)",
+            f"{med['pp2_stage0_ms']:.2f} ms + {med['pp2_stage1_ms']:.2f} ms",
+        ),
+        ("ceiling for 2 streams / 1 from the stage times, paired", f"{streams_limit:.2f}x"),
     ]
     figures: dict[str, Any] = {k: [round(x, 2) for x in v] for k, v in runs.items()}
     figures.update(
-        overhead_us=round(overhead_us, 1), single_ratio=round(single, 3), streams=round(streams, 3)
+        overhead_us=round(overhead_us, 1),
+        single_ratio=round(single, 3),
+        streams=round(streams, 3),
+        streams_decode=round(streams_decode, 3),
+        single_ceiling=round(bare_ceiling, 3),
+        split=round(split, 3),
+        streams_ceiling=round(streams_limit, 3),
     )
     print_figures(
         f"runtime benchmark: bench Llama {args.weights}, 1 thread per stage, {args.tokens} new "

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,16 @@ def timed(label: str) -> Iterator[dict[str, float]]:
     yield result
     result["seconds"] = time.perf_counter() - start
     log.info("%s: %.2f s", label, result["seconds"])
+
+
+def decode_throughput(results: Sequence[Any]) -> float:
+    """Concurrent requests' decode tokens (each one's tokens after its first) a second, over
+    the span from the first first token to the last token: the rate while they decode, without
+    the prompts' prefill (which TTFT reports). For one request, its decode rate. ``results``:
+    ``GenerationResult``s of requests started together."""
+    firsts = [r.ttft_ms for r in results]
+    ends = [r.ttft_ms + 1000.0 * (len(r.token_ids) - 1) / r.tokens_per_s for r in results]
+    return sum(len(r.token_ids) - 1 for r in results) * 1000.0 / (max(ends) - min(firsts))
 
 
 def print_figures(title: str, rows: list[tuple[str, str]], as_json: dict[str, Any]) -> None:
