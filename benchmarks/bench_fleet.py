@@ -50,6 +50,7 @@ from common import (
     decode_throughput,
     ensure_export,
     k_choice,
+    paired,
     print_figures,
 )
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
@@ -221,9 +222,6 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     med = {k: statistics.median(v) for k, v in runs.items()}
     genai_name, med["genai"] = best_genai(runs)
 
-    def paired(over: str, under: str) -> float:
-        return statistics.median(a / b for a, b in zip(runs[over], runs[under], strict=True))
-
     FIGURES["A"] = runs
     return [
         (f"A genai monolithic, 1 core, its best ({genai_name})", f"{med['genai']:.1f} tok/s"),
@@ -231,7 +229,7 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
             "A fleet 2 stages (coord + 1 worker), 1 stream",
             f"{med['pp1']:.1f} tok/s (TTFT {med['ttft']:.0f} ms)",
         ),
-        ("A ratio fleet / genai, paired (target >= 0.9)", f"{paired('pp1', genai_name):.3f}"),
+        ("A ratio fleet / genai, paired (target >= 0.9)", f"{paired(runs, 'pp1', genai_name):.3f}"),
         (
             "A per decode step: stage compute, ring besides it",
             f"{med['stage0_ms']:.2f} + {med['stage1_ms']:.2f} ms, {med['hop_ms']:.2f} ms",
@@ -239,15 +237,18 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
         ("A bare 2-stage loop on one core (no ring)", f"{med['bare']:.1f} tok/s"),
         (
             "A ceiling without a ring: bare loop / genai, paired",
-            f"{paired('bare', genai_name):.3f}",
+            f"{paired(runs, 'bare', genai_name):.3f}",
         ),
         ("A fleet 1 stream, all tokens / wall", f"{med['pp1_all']:.1f} tok/s"),
         ("A fleet 2 streams, all tokens / wall", f"{med['pp2']:.1f} tok/s"),
-        ("A ratio 2 streams / 1, paired (target >= 1.85)", f"{paired('pp2', 'pp1_all'):.3f}x"),
+        (
+            "A ratio 2 streams / 1, paired (target >= 1.85)",
+            f"{paired(runs, 'pp2', 'pp1_all'):.3f}x",
+        ),
         ("A fleet 2 streams, decode throughput", f"{med['pp2_decode']:.1f} tok/s"),
         (
             "A the same ratio by decode throughput (prefill left out)",
-            f"{paired('pp2_decode', 'pp1'):.3f}x",
+            f"{paired(runs, 'pp2_decode', 'pp1'):.3f}x",
         ),
     ]
 
@@ -402,10 +403,8 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     ]
     for name, (layout, k_text) in zip(names, variants, strict=True):
         label = DEMO_LAYOUTS[layout][1]
-        ceiling, decode = (
-            statistics.median(c / g for c, g in zip(runs[key], runs[genai_name], strict=True))
-            for key in (f"{name}_ceiling", f"{name}_decode")
-        )
+        ceiling = paired(runs, f"{name}_ceiling", genai_name)
+        decode = paired(runs, f"{name}_decode", genai_name)
         rows += [
             (
                 f"C demo PP+SD+MB, {args.demo_streams} streams, K {k_text}, {label}",

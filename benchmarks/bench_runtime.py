@@ -33,7 +33,7 @@ from typing import Any
 from bare_loop import BareLoop
 from bench_export import PROMPT, best_genai
 from ceilings import Work, ceiling_tok_s
-from common import bench_llama, decode_throughput, ensure_export, print_figures
+from common import bench_llama, decode_throughput, ensure_export, paired, print_figures
 
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import StageTiming, TokensEmitted
@@ -162,11 +162,6 @@ async def measure(
     finally:
         await pipe.close()
     return runs
-
-
-def paired(runs: dict[str, list[float]], over: str, under: str) -> float:
-    """Median over rounds of ``over / under`` within each round."""
-    return statistics.median(a / b for a, b in zip(runs[over], runs[under], strict=True))
 
 
 def streams_ceiling(runs: dict[str, list[float]], n_tokens: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,12 @@ def timed(label: str) -> Iterator[dict[str, float]]:
     yield result
     result["seconds"] = time.perf_counter() - start
     log.info("%s: %.2f s", label, result["seconds"])
+
+
+def paired(runs: dict[str, list[float]], over: str, under: str) -> float:
+    """Median over repeats (or rounds) of ``over / under`` within each: a ratio free of the
+    machine's drift between repeats."""
+    return statistics.median(a / b for a, b in zip(runs[over], runs[under], strict=True))
 
 
 def decode_throughput(results: Sequence[Any]) -> float:
