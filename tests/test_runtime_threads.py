@@ -1,6 +1,7 @@
 """Where in-process stages run: a lone stream's stages and steps, and a draft's proposal, on one
 worker thread (never the event loop's); several streams overlapping stage by stage; and
-cancellation that waits for the thread's work before the stream is freed."""
+cancellation that waits for the thread's work before the stream is freed; and the blocking
+form a worker uses for short passes, on the caller's thread."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from runtime_support import export, perturbed_copy, pipeline
 
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
 from fleetgui.runtime.route import LocalRoute
-from fleetgui.runtime.stage import ForwardRequest, ForwardResult
+from fleetgui.runtime.stage import ForwardRequest, ForwardResult, GreedyHead
 
 pytestmark = pytest.mark.slow
 
@@ -224,3 +226,39 @@ def test_closing_the_pipeline_stops_a_decode_run_under_way(exports: dict) -> Non
     assert closed_at > 0
     assert calls <= closed_at + 2 * 2  # at most the step under way and one already handed on
     assert deltas < 40
+
+
+def test_run_blocking_runs_every_stage_on_the_calling_thread_with_the_lanes_results(
+    exports: dict,
+) -> None:
+    """``LocalRoute.run_blocking`` (what a worker uses for short passes) computes the same
+    tokens as the lanes, on the caller's thread, stage after stage."""
+
+    async def main() -> tuple[list[list[int]], list[list[int]], CallLog, int]:
+        pipe = pipeline(exports["2s"])
+        route = pipe.route
+        assert isinstance(route, LocalRoute)
+        log = watched(pipe)
+        ids = pipe.tokenizer.encode(PROMPT)
+        lanes, inline = [], []
+        try:
+            token = None
+            for stream_id, out, blocking in ((1, lanes, False), (2, inline, True)):
+                feed = ids
+                for _ in range(6):  # the prompt, then 5 decode steps
+                    request = ForwardRequest(
+                        stream_id, np.array([feed], dtype=np.int64), head=GreedyHead()
+                    )
+                    result = route.run_blocking(request) if blocking else await route.run(request)
+                    out.append(result.tokens)
+                    assert sorted(result.compute_ms) == [0, 1]
+                    token = result.tokens[-1]
+                    feed = [token]
+        finally:
+            await pipe.close()
+        return lanes, inline, log, threading.get_ident()
+
+    lanes, inline, log, caller = asyncio.run(main())
+    assert inline == lanes and all(len(tokens) == 1 for tokens in inline)
+    on_caller = [(name, stream) for name, stream, thread, *_ in log.calls if thread == caller]
+    assert on_caller == [("stage0", 2), ("stage1", 2)] * 6  # the lanes' stream 1: other threads

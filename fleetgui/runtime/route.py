@@ -159,6 +159,23 @@ class LocalRoute(Route):
                 trip.post(_END)
             return None
 
+    def run_blocking(self, request: ForwardRequest) -> ForwardResult:
+        """Run ``request`` through every stage on the calling thread, without the lanes.
+
+        For a caller that already runs one request at a time and can afford to block while
+        the stages compute (a worker agent: see ``WorkerAgent._forward``); the caller must
+        make sure no lane job of these stages is under way."""
+        compute: dict[int, float] = {}
+        current = request
+        for index, stage in enumerate(self.stages):
+            last = index == len(self.stages) - 1
+            result = stage.forward_blocking(current if last else replace(current, head=None))
+            compute.update(result.compute_ms)
+            if not last:
+                current = replace(request, payload=_hidden(result, index))
+        result.compute_ms = compute
+        return result
+
     async def run(self, request: ForwardRequest) -> ForwardResult:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[object] = loop.create_future()
