@@ -1,7 +1,8 @@
-"""Where in-process stages run: a lone stream's stages and steps, and a draft's proposal, on one
-worker thread (never the event loop's); several streams overlapping stage by stage; and
-cancellation that waits for the thread's work before the stream is freed; and the blocking
-form a worker uses for short passes, on the caller's thread."""
+"""Where in-process stages run: a lone stream's stages and steps on one worker thread (never
+the event loop's); a draft's proposal in one go, on a worker thread or, when short, on the
+loop's; several streams overlapping stage by stage; cancellation that waits for the thread's
+work before the stream is freed; and the blocking form a worker uses for short passes, on the
+caller's thread."""
 
 from __future__ import annotations
 
@@ -140,11 +141,16 @@ def test_streams_overlap_stage_by_stage(exports: dict) -> None:
     assert all(a[2] != b[2] for a, b in overlapping)
 
 
-def test_a_draft_proposal_runs_off_the_loop_in_one_go(exports: dict) -> None:
-    async def main() -> tuple[CallLog, int, list[int], list[int]]:
+def test_a_draft_proposal_runs_in_one_go_off_the_loop_or_on_it_when_short(exports: dict) -> None:
+    """A proposal's K passes run together: on a worker thread, or on the loop's thread once
+    the last proposal showed they take at most ``inline_ms`` (the tiny draft's do)."""
+
+    async def main(inline_ms: float) -> tuple[CallLog, int, list[int], list[int]]:
         loop_thread = threading.get_ident()
         pipe = pipeline(exports["2s"], draft=exports["draft"])
         try:
+            assert pipe.draft is not None
+            pipe.draft.inline_ms = inline_ms
             log = watched(pipe)
             options = GenerationOptions(max_new_tokens=16, speculative=True, k=4)
             speculative = await pipe.complete(PROMPT, options)
@@ -153,10 +159,21 @@ def test_a_draft_proposal_runs_off_the_loop_in_one_go(exports: dict) -> None:
             await pipe.close()
         return log, loop_thread, speculative.token_ids, plain.token_ids
 
-    log, loop_thread, speculative, plain = asyncio.run(main())
-    draft = [(thread, kind) for name, _, thread, kind, _, _ in log.calls if name == "draft"]
-    assert len(draft) >= 4  # the prompt, then at least one proposal of 4
-    assert all(kind == "blocking" and thread != loop_thread for thread, kind in draft)
+    def draft_calls(log: CallLog) -> list[tuple[int, str]]:
+        return [(thread, kind) for name, _, thread, kind, _, _ in log.calls if name == "draft"]
+
+    log, loop_thread, speculative, plain = asyncio.run(main(inline_ms=0.0))
+    calls = draft_calls(log)
+    assert len(calls) >= 8  # the prompt, then at least two proposals of 4
+    assert all(kind == "blocking" and thread != loop_thread for thread, kind in calls)
+    assert speculative == plain
+
+    log, loop_thread, speculative, plain = asyncio.run(main(inline_ms=1000.0))
+    calls = draft_calls(log)
+    assert all(kind == "blocking" for _, kind in calls)
+    # the prompt and the first proposal (no time measured yet) off the loop, the rest on it
+    assert all(thread != loop_thread for thread, _ in calls[:5])
+    assert len(calls) > 5 and all(thread == loop_thread for thread, _ in calls[5:])
     assert speculative == plain
 
 
