@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -28,9 +29,12 @@ from fleetgui.fleet.deploy import DeployProgress, push_files, stage_files
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.protocol import Message, Op, RemoteError
+from fleetgui.fleet.ring_route import RingRoute
 from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
 from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 pytestmark = pytest.mark.slow
@@ -130,6 +134,42 @@ def test_fleet_greedy_matches_monolithic(
             await session.close()
 
     asyncio.run(main())
+
+
+def test_the_coordinators_short_passes_run_on_its_event_loop_thread(
+    exports: dict[str, Path],
+    references: dict[str, list[int]],
+    identity: KeyPair,
+    workers: list[WorkerProcess],
+) -> None:
+    """The coordinator's stage runs its first pass on its lane and, once a short pass proved
+    quick, the decode steps on the event loop's thread (no hand-off); the text is unchanged."""
+
+    async def main() -> tuple[list[int], list[tuple[int, int]], int]:
+        session = await _session(identity, workers[:1], exports["2"])
+        try:
+            pipe = session.pipeline()
+            assert isinstance(pipe.route, RingRoute)
+            stage = pipe.route.ring.local[0]
+            assert isinstance(stage, LocalStage)
+            calls: list[tuple[int, int]] = []
+            forward = stage.forward_blocking
+
+            def watched(request: ForwardRequest) -> ForwardResult:
+                calls.append((request.n_positions, threading.get_ident()))
+                return forward(request)
+
+            stage.forward_blocking = watched  # type: ignore[method-assign]
+            result = await pipe.complete(PROMPTS[0], GenerationOptions(max_new_tokens=N_NEW))
+        finally:
+            await session.close()
+        return result.token_ids, calls, threading.get_ident()
+
+    tokens, calls, loop_thread = asyncio.run(main())
+    assert tokens == references[PROMPTS[0]]
+    assert len(calls) == len(tokens)  # the prompt's pass, then a step per further token
+    assert calls[0][0] > 1 and calls[0][1] != loop_thread  # no pass timed yet: on its lane
+    assert all(n == 1 and thread == loop_thread for n, thread in calls[1:])
 
 
 async def _generate_and_kill(

@@ -64,7 +64,7 @@ from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, S
 from fleetgui.fleet.trust import Authorizer
 from fleetgui.paths import data_dir
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.stage import StageError
+from fleetgui.runtime.stage import SHORT_PASS_POSITIONS, StageError
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class WorkerConfig:
     # thread and back took 4 of a worker's 9 context switches a token (bench Llama, 1 core;
     # the demo pair's 2 streams: +4.6 % tok/s, 13 of 16 paired runs faster). Longer ones (prompt
     # chunks) go to a stage thread, so heartbeats are never held up for long.
-    inline_positions: int = 32
+    inline_positions: int = SHORT_PASS_POSITIONS
 
 
 class WorkerAgent:

@@ -16,17 +16,16 @@ import numpy as np
 from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
-from fleetgui.runtime.stage import ForwardRequest, LogitsHead, run_holding
+from fleetgui.runtime.stage import SHORT_WORK_MS, ForwardRequest, LogitsHead, run_holding
 
 log = logging.getLogger(__name__)
 
 K_MIN, K_MAX = 1, 16
-# A proposal expected to take at most this long runs on the event loop's thread: a hand-off to a
-# worker thread and back costs more than a small draft's pass there, and 5 ms of computing holds
-# up neither the app's window (a frame is 16 ms) nor another stream for longer than the draft,
-# which runs one proposal at a time anyway. Demo pair, 2 streams, K=4, proposals of ~1.2 ms:
-# +9 % and +11 % tok/s against always handing off (two runs of 16 alternations, 9 and 12 faster).
-INLINE_PROPOSAL_MS = 5.0
+# A proposal expected to take at most this long runs on the event loop's thread (see
+# SHORT_WORK_MS; the draft runs one proposal at a time anyway). Demo pair, 2 streams, K=4,
+# proposals of ~1.2 ms: +9 % and +11 % tok/s against always handing off (two runs of 16
+# alternations, 9 and 12 faster).
+INLINE_PROPOSAL_MS = SHORT_WORK_MS
 MIN_SLOPE = 0.05  # the least a draft adds to a round, as a share of an average round
 UNBRAKED_ALPHA = 0.99  # the acceptance rate a lone stream's choice believes at most
 

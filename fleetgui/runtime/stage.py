@@ -21,6 +21,14 @@ import numpy as np
 from fleetgui.runtime.head import SamplingParams, SparseDist
 from fleetgui.shard import Shard
 
+# Short work may run on the event loop's thread instead of going to a worker thread and back,
+# which costs more than a small pass on this machine's virtual CPUs (a wake-up each way, and the
+# GIL handed over): passes of at most SHORT_PASS_POSITIONS positions (decode steps, speculative
+# verifies; not prompt chunks) that last took at most SHORT_WORK_MS. 5 ms holds up neither the
+# app's window (a frame is 16 ms) nor another stream for long.
+SHORT_PASS_POSITIONS = 32
+SHORT_WORK_MS = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class GreedyHead:
