@@ -162,9 +162,10 @@ class LocalRoute(Route):
     def run_blocking(self, request: ForwardRequest) -> ForwardResult:
         """Run ``request`` through every stage on the calling thread, without the lanes.
 
-        For a caller that already runs one request at a time and can afford to block while
-        the stages compute (a worker agent: see ``WorkerAgent._forward``); the caller must
-        make sure no lane job of these stages is under way."""
+        For short passes whose caller can afford to block while the stages compute (a worker
+        agent, the coordinator's stage before the ring). The caller makes sure no lane job of
+        the same stream is under way; other streams' jobs may run meanwhile (each stream has its
+        own requests and state)."""
         compute: dict[int, float] = {}
         current = request
         for index, stage in enumerate(self.stages):
