@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -64,7 +65,7 @@ from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, S
 from fleetgui.fleet.trust import Authorizer
 from fleetgui.paths import data_dir
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.stage import SHORT_PASS_POSITIONS, StageError
+from fleetgui.runtime.stage import StageError
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +81,13 @@ class WorkerConfig:
     precision: str = "auto"  # f32 | bf16 | f16 | auto
     connect_timeout_s: float = 10.0  # to the next worker of the ring
     timings_file: Path | None = None  # PROFILE's cache; None: data_dir()/planner/probe_timings.json
-    # FORWARDs of up to this many positions (decode steps and speculative verifies) compute on
-    # the event loop's thread: requests run one at a time anyway, and the hand-off to a stage
-    # thread and back took 4 of a worker's 9 context switches a token (bench Llama, 1 core;
-    # the demo pair's 2 streams: +4.6 % tok/s, 13 of 16 paired runs faster). Longer ones (prompt
-    # chunks) go to a stage thread, so heartbeats are never held up for long.
-    inline_positions: int = SHORT_PASS_POSITIONS
+    # Short FORWARDs (decode steps and speculative verifies: runtime.stage.SHORT_PASS_POSITIONS)
+    # whose last one took at most this long compute on the event loop's thread (inf: all of
+    # them): requests run one at a time anyway, and the hand-off to a stage thread and back took
+    # 4 of a worker's 9 context switches a token (bench Llama, 1 core; the demo pair's 2
+    # streams: +4.6 % tok/s, 13 of 16 paired runs faster). Longer ones (prompt chunks) go to a
+    # stage thread, so heartbeats are never held up for long.
+    inline_ms: float = math.inf
 
 
 class WorkerAgent:
@@ -397,10 +399,7 @@ class WorkerAgent:
             if epoch != self.epoch or hosted is None:
                 return
             try:
-                if request.n_positions <= self.config.inline_positions:
-                    result = hosted.route.run_blocking(request)
-                else:
-                    result = await hosted.route.run(request)
+                result = await hosted.route.run_inline_if_short(request, self.config.inline_ms)
             except StageError as exc:
                 text = f"worker {self.config.name!r}: {exc}"
                 reply = error_message(ErrorCode.STAGE_FAILED, text, request_id=message.request_id)

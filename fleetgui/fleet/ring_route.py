@@ -31,13 +31,7 @@ from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.protocol import Message, Op, raise_if_error
 from fleetgui.fleet.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import LocalRoute, Route
-from fleetgui.runtime.stage import (
-    SHORT_PASS_POSITIONS,
-    SHORT_WORK_MS,
-    ForwardRequest,
-    ForwardResult,
-    Stage,
-)
+from fleetgui.runtime.stage import SHORT_WORK_MS, ForwardRequest, ForwardResult, Stage
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +97,6 @@ class RingRoute(Route):
         self.config = config or RouteConfig()
         self.on_hop = on_hop  # (stream, ms): a request's time in the ring minus worker compute
         self._records: dict[int, _StreamRecord] = {}
-        self._local_short_ms: float | None = None  # the coordinator's last short pass
         self._recovering = asyncio.Lock()
         self.recoveries = 0
         self._in_flight = 0
@@ -201,13 +194,10 @@ class RingRoute(Route):
         if ring.local_route is not None:
             local = ring.local_route
             sent = replace(request, head=None) if ring.members else request
-            short = request.n_positions <= SHORT_PASS_POSITIONS
-            if short and self._inline_local(ring):
-                result = local.run_blocking(sent)
+            if len(ring.local) == 1 and ring.members:  # one stage before the workers
+                result = await local.run_inline_if_short(sent, self.config.inline_ms)
             else:
                 result = await local.run(sent)
-            if short:
-                self._local_short_ms = sum(result.compute_ms.values())
             if not ring.members:
                 return result
             compute.update(result.compute_ms)
@@ -227,18 +217,6 @@ class RingRoute(Route):
                     current = replace(request, payload=result.payload)
         result.compute_ms = compute
         return result
-
-    def _inline_local(self, ring: Ring) -> bool:
-        """Whether the coordinator's stage runs a short pass on the event loop's thread: it is
-        the only one before the workers and its last short pass took at most ``inline_ms``.
-        Its lane may meanwhile run another stream's prompt chunk (separate requests)."""
-        last = self._local_short_ms
-        return (
-            len(ring.local) == 1
-            and bool(ring.members)
-            and last is not None
-            and last <= self.config.inline_ms
-        )
 
     async def _remote(
         self, ring: Ring, link: WorkerLink, request: ForwardRequest, compute: dict[int, float]

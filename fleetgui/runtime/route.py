@@ -7,6 +7,7 @@ coordinator runs stage 0 and the workers pass the activations along the ring the
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 
 from fleetgui.runtime.lanes import Job, StageLanes
 from fleetgui.runtime.stage import (
+    SHORT_PASS_POSITIONS,
     BlockingStage,
     ForwardRequest,
     ForwardResult,
@@ -127,21 +129,29 @@ class LocalRoute(Route):
         self.stages = blocking
         self._lanes = StageLanes(len(blocking))
         self._runs: set[DecodeRun] = set()  # decode runs under way (close stops them)
+        self._short_pass_ms: float | None = None  # the last short pass's compute, all stages
 
     @property
     def n_stages(self) -> int:
         return len(self.stages)
 
+    def _stage_pass(
+        self, index: int, request: ForwardRequest
+    ) -> tuple[ForwardResult, ForwardRequest | None]:
+        """Stage ``index``'s part of ``request`` (the head runs on the last stage only); the
+        next stage's request, None after the last stage."""
+        last = index == len(self.stages) - 1
+        result = self.stages[index].forward_blocking(
+            request if last else replace(request, head=None)
+        )
+        return result, None if last else replace(request, payload=_hidden(result, index))
+
     def _job(self, index: int, request: ForwardRequest, trip: _Trip) -> tuple[int, Job] | None:
         """Stage ``index``'s part of ``request``; the next stage's (or step's) job."""
-        last = index == len(self.stages) - 1
         try:
-            result = self.stages[index].forward_blocking(
-                request if last else replace(request, head=None)
-            )
+            result, following = self._stage_pass(index, request)
             trip.compute.update(result.compute_ms)
-            if not last:
-                following = replace(request, payload=_hidden(result, index))
+            if following is not None:
                 return index + 1, partial(self._job, index + 1, following, trip)
             result.compute_ms, trip.compute = trip.compute, {}
             run = trip.run
@@ -167,14 +177,28 @@ class LocalRoute(Route):
         the same stream is under way; other streams' jobs may run meanwhile (each stream has its
         own requests and state)."""
         compute: dict[int, float] = {}
-        current = request
-        for index, stage in enumerate(self.stages):
-            last = index == len(self.stages) - 1
-            result = stage.forward_blocking(current if last else replace(current, head=None))
+        index, current = 0, request
+        while True:
+            result, following = self._stage_pass(index, current)
             compute.update(result.compute_ms)
-            if not last:
-                current = replace(request, payload=_hidden(result, index))
-        result.compute_ms = compute
+            if following is None:
+                result.compute_ms = compute
+                return result
+            index, current = index + 1, following
+
+    async def run_inline_if_short(self, request: ForwardRequest, budget_ms: float) -> ForwardResult:
+        """A short pass (at most :data:`~fleetgui.runtime.stage.SHORT_PASS_POSITIONS`) on the
+        calling thread (:meth:`run_blocking`) once this route's last short pass took at most
+        ``budget_ms`` (``math.inf``: every short pass, timed or not); anything else through the
+        lanes (:meth:`run`)."""
+        short = request.n_positions <= SHORT_PASS_POSITIONS
+        last = self._short_pass_ms
+        if short and (budget_ms == math.inf or (last is not None and last <= budget_ms)):
+            result = self.run_blocking(request)
+        else:
+            result = await self.run(request)
+        if short:
+            self._short_pass_ms = sum(result.compute_ms.values())
         return result
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
