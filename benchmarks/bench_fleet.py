@@ -10,10 +10,11 @@ A. loopback: 2 stages (coordinator + 1 worker) single stream vs ``openvino_genai
 B. 5 ms added per hop (a user-space delay relay in front of each worker: this kernel has no
    netem): 3 stages (coordinator + 2 workers), ring vs hub, one stream. The ring needs 3 hops a
    token, the hub 4.
-C. ``--demo DIR``: the demo pair (``fleetgui demo-model``): PP+SD+MB with 2 streams on the
-   2-stage fleet vs the monolithic target serving one user (genai), with the acceptance rate,
-   in two layouts side by side: the demo's own (the coordinator runs the draft, both target
-   stages run on the worker) and the coordinator also running target stage 0.
+C. ``--demo DIR``: a demo pair (``fleetgui demo-model --size small|medium``): PP+SD+MB with 2
+   streams on the 2-stage fleet vs the monolithic target serving one user (genai), with the
+   acceptance rate, in two layouts side by side: the demo's own (the coordinator runs the
+   draft, both target stages run on the worker) and the coordinator also running target stage
+   0 (``--demo-layers 0:1,1:8`` makes that one layer of the medium target's eight).
 
 Beside the measured figures, ceilings (:mod:`ceilings`) from bare loops (:mod:`bare_loop`) on
 the coordinator's core in the same repeat: part A's two stages in one process with no ring, and
@@ -344,13 +345,16 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     tag = args.demo_layers.replace(":", "-").replace(",", "_") if args.demo_layers else "even"
     split = {"layers": args.demo_layers} if args.demo_layers else {"stages": 2}
     weights = args.demo_weights
+    # the small pair's exports keep their earlier names; other sizes' carry theirs
+    size = pair.info["size"]
+    prefix = "demo" if size == "small" else f"demo-{size}"
     target2 = ensure_export(
-        pair.target_dir, f"demo-target-2stage-{tag}-{weights}", weights=weights, **split
+        pair.target_dir, f"{prefix}-target-2stage-{tag}-{weights}", weights=weights, **split
     )
     mono = ensure_export(
-        pair.target_dir, f"demo-target-mono-{weights}", monolithic=True, weights=weights
+        pair.target_dir, f"{prefix}-target-mono-{weights}", monolithic=True, weights=weights
     )
-    draft = ensure_export(pair.draft_dir, "demo-draft-1s", stages=1, weights=DRAFT_WEIGHTS)
+    draft = ensure_export(pair.draft_dir, f"{prefix}-draft-1s", stages=1, weights=DRAFT_WEIGHTS)
     ks = {text: k_choice(text) for text in args.demo_k.split(",")}
     layouts = args.demo_layouts.split(",") if args.demo_layouts else list(DEMO_LAYOUTS)
     # one variant per layout and K; a single K keeps the layout's name as the figure's key

@@ -17,8 +17,8 @@ from fleetgui.demo import INFO_FILE, BuildProgress, build_demo_pair, load_pair
 from fleetgui.demo.acceptance import block_acceptance
 from fleetgui.demo.corpus import code_only, is_eligible, is_heldout
 from fleetgui.demo.progress import PHASE_LABELS, PHASE_WEIGHTS, PhaseTracker
-from fleetgui.demo.spec import EOS_ID, TINY, ModelDims, TrainSchedule
-from fleetgui.demo.train import lr_at
+from fleetgui.demo.spec import EOS_ID, SIZES, TINY, ModelDims, TrainSchedule, get_spec
+from fleetgui.demo.train import count_parameters, lr_at, make_llama
 from fleetgui.errors import FleetguiError
 
 MODEL_FILES = (
@@ -172,6 +172,29 @@ def test_progress_fraction_grows_through_the_phases() -> None:
     assert overall[0] == 0.0
     assert overall[-1] == pytest.approx(1.0)
     assert set(tracker.times) == set(PHASE_WEIGHTS)
+
+
+#: Parameter counts (millions) each size's models must fall in: the targets "tens of millions"
+#: (the medium one larger), the drafts "a few million"; tiny is for tests.
+PARAMETER_RANGES = {
+    "small": ((10, 30), (1, 5)),
+    "medium": ((30, 100), (1, 10)),
+    "tiny": ((0.1, 1), (0.01, 0.5)),
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_each_size_builds_models_of_its_stated_scale(size: str) -> None:
+    spec = get_spec(size)
+    (target_lo, target_hi), (draft_lo, draft_hi) = PARAMETER_RANGES[size]
+    counts = {}
+    for role, dims in (("target", spec.target), ("draft", spec.draft)):
+        assert dims.hidden_size % dims.num_heads == 0 and dims.num_heads % dims.num_kv_heads == 0
+        model = make_llama(dims, spec.vocab_size, spec.max_positions, spec.seed)
+        counts[role] = count_parameters(model) / 1e6
+    assert target_lo <= counts["target"] <= target_hi, counts
+    assert draft_lo <= counts["draft"] <= draft_hi, counts
+    assert counts["draft"] < counts["target"] / 3  # cheap enough to propose K tokens
 
 
 def test_unknown_size_is_rejected(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgui.demo.spec import SIZES
+
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
 DESCRIPTION = (
@@ -27,9 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
     parser.add_argument(
         "--size",
-        choices=("small", "tiny"),
+        choices=SIZES,
         default="small",
-        help="small: the real demo (built once, minutes); tiny: for tests",
+        help="small: the real demo (built once, minutes); medium: a larger pair (built once, "
+        "about half an hour); tiny: for tests",
     )
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
     parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")

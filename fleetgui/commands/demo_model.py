@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size",
         choices=SIZES,
         default="small",
-        help="small: tens of millions of parameters, minutes to build; tiny: for tests, "
-        "under a minute (default: small)",
+        help="small: tens of millions of parameters, minutes to build; medium: 3x larger, "
+        "about half an hour; tiny: for tests, under a minute (default: small)",
     )
     parser.add_argument(
         "--force", action="store_true", help="rebuild even if a complete build is already there"
