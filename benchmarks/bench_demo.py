@@ -8,7 +8,7 @@ With the demo's int8 target the CPU quantizes activations to int8 per pass and r
 K+1-position verify pass slightly differently from a one-position step, so a near-tie can part
 the texts (``--precision f32`` stages are exact; ``tests/test_runtime_exact.py``).
 
-Run: ``.venv/bin/python benchmarks/bench_demo.py [--size small] [--tokens 96]``
+Run: ``.venv/bin/python benchmarks/bench_demo.py [--size small|medium] [--tokens 96]``
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from common import k_choice, print_figures
 
 from fleetgui.demo.session import DEMO_WEIGHTS
+from fleetgui.demo.spec import SIZES
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
 
 HELD_OUT = (
@@ -95,7 +96,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size", choices=("small", "tiny"), default="small")
+    parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--weights", default=DEMO_WEIGHTS, help="the target's weight format")
