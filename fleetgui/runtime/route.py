@@ -7,7 +7,6 @@ coordinator runs stage 0 and the workers pass the activations along the ring the
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -24,6 +23,7 @@ from fleetgui.runtime.stage import (
     ForwardResult,
     HeadOp,
     Stage,
+    fits_inline,
 )
 
 
@@ -192,8 +192,7 @@ class LocalRoute(Route):
         ``budget_ms`` (``math.inf``: every short pass, timed or not); anything else through the
         lanes (:meth:`run`)."""
         short = request.n_positions <= SHORT_PASS_POSITIONS
-        last = self._short_pass_ms
-        if short and (budget_ms == math.inf or (last is not None and last <= budget_ms)):
+        if short and fits_inline(self._short_pass_ms, budget_ms):
             result = self.run_blocking(request)
         else:
             result = await self.run(request)

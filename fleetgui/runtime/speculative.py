@@ -16,7 +16,13 @@ import numpy as np
 from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
-from fleetgui.runtime.stage import SHORT_WORK_MS, ForwardRequest, LogitsHead, run_holding
+from fleetgui.runtime.stage import (
+    SHORT_WORK_MS,
+    ForwardRequest,
+    LogitsHead,
+    fits_inline,
+    run_holding,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +120,8 @@ class DraftModel:
         take at most ``inline_ms``, else on one worker thread (two thread wake-ups instead of
         two a pass)."""
         args = (stream_id, committed, k, params, rng)
-        if self._pass_ms is not None and self._pass_ms * k <= self.inline_ms:
+        expected = None if self._pass_ms is None else self._pass_ms * k
+        if fits_inline(expected, self.inline_ms):
             async with self.stage.lock:
                 proposal = self._propose(*args)
         else:

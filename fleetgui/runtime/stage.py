@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ from fleetgui.shard import Shard
 # app's window (a frame is 16 ms) nor another stream for long.
 SHORT_PASS_POSITIONS = 32
 SHORT_WORK_MS = 5.0
+
+
+def fits_inline(expected_ms: float | None, budget_ms: float) -> bool:
+    """Whether work expected to take ``expected_ms`` (None: not measured yet) may run on the
+    event loop's thread under ``budget_ms``. Unmeasured work fits only an unlimited budget
+    (``math.inf``); otherwise it goes to a thread once, which measures it."""
+    return (math.inf if expected_ms is None else expected_ms) <= budget_ms
 
 
 @dataclass(frozen=True, slots=True)
