@@ -230,3 +230,19 @@ def test_a_carried_over_chooser_starts_from_the_estimates_and_keeps_its_own() ->
     assert carried.choose() == chosen
     carried.update(6, 6, 1.0, 1.0)
     assert auto.round_ms(6) == pytest.approx(DEMO.round_ms(6))  # the original is untouched
+
+
+def test_one_slow_round_at_a_k_does_not_keep_k_away_from_it_for_good() -> None:
+    """A lone stream whose draft rarely agrees, as the pipeline ran it: K=4, the probe at K=6,
+    then K=1, whose one round was slow (the machine was busy). Priced on the cost line until
+    a second round measures it, the small Ks stay in play instead of K going back to 4 for
+    good; measured slow twice, K=1 costs its own average."""
+    auto = AutoK()
+    for k in (4, 6):
+        auto.update(k, 0, DEMO.round_ms(k) - DEMO.verify_ms(k), DEMO.verify_ms(k))
+    slow = DEMO.round_ms(1) - DEMO.verify_ms(1) + 2 * DEMO.verify_ms(4)
+    auto.update(1, 0, DEMO.round_ms(1) - DEMO.verify_ms(1), 2 * DEMO.verify_ms(4))
+    assert auto.round_ms(1) < auto.round_ms(4) < slow
+    assert auto.choose(streams=1) <= 2
+    auto.update(1, 0, DEMO.round_ms(1) - DEMO.verify_ms(1), 2 * DEMO.verify_ms(4))
+    assert auto.round_ms(1) == pytest.approx(slow)

@@ -190,7 +190,7 @@ def test_the_next_k_auto_stream_starts_from_the_last_ones_estimates(
     assert first.token_ids == references[FAMILIES[0], PROMPTS[0]]
     assert second.token_ids == references[FAMILIES[0], PROMPTS[1]]
     assert first.ks[0] == 4 and min(first.ks) <= 2, first.ks
-    assert second.ks[0] <= 2, second.ks
+    assert second.ks[0] <= 2, (first.ks, second.ks, first.acceptance_rate)
 
 
 def test_compaction_keeps_output_exact(
