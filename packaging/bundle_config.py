@@ -136,7 +136,8 @@ APP_HIDDEN_IMPORTS: list[str] = [
 ]
 
 #: Architectures ``fleetgui export`` supports: transformers imports their modules lazily.
-TRANSFORMERS_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2")
+#: (Module names under ``transformers.models``: model_type ``gemma3_text`` lives in ``gemma3``.)
+TRANSFORMERS_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 
 
 def version() -> str:

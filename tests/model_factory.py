@@ -48,7 +48,16 @@ log = logging.getLogger(__name__)
 FACTORY_VERSION = 1
 
 #: Model families :func:`build_tiny_model` knows.
-FAMILIES: tuple[str, ...] = ("llama", "llama3", "qwen2", "qwen3", "mistral", "phi3", "gemma2")
+FAMILIES: tuple[str, ...] = (
+    "llama",
+    "llama3",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "phi3",
+    "gemma2",
+    "gemma3",
+)
 
 #: Extra key accepted by :func:`cached_model` for :func:`build_bench_llama`.
 BENCH_FAMILY = "llama-bench"
@@ -72,10 +81,14 @@ MAX_POSITIONS = 512
 #: embeddings, which double as the lm_head when tied): attention logits of order 1-10, final logits
 #: with std ~1.5.
 INIT_GAIN = 1.5
-#: Gemma 2 multiplies embeddings by sqrt(hidden) and ties them to the lm_head, so a token's own
+#: Gemma 2 and 3 multiply embeddings by sqrt(hidden) and tie them to the lm_head, so a token's own
 #: embedding dominates its logits and a random model just repeats the last token. A smaller
-#: embedding std (gain 0.4 instead of 1.5) makes the sublayer outputs dominate instead.
+#: embedding std (gain 0.4 instead of 1.5) makes the sublayer outputs dominate instead. Gemma 3
+#: (no final soft-cap here) needs a smaller one still: at 0.4 its greedy continuations repeat one
+#: token.
 GEMMA2_EMBED_GAIN = 0.4
+GEMMA3_EMBED_GAIN = 0.2
+EMBED_GAINS: dict[str, float] = {"gemma2": GEMMA2_EMBED_GAIN, "gemma3": GEMMA3_EMBED_GAIN}
 #: Std of the random perturbation added to norm weights and used for biases.
 NORM_NOISE_STD = 0.1
 BIAS_STD = 0.1
@@ -97,6 +110,14 @@ GEMMA2_SLIDING_WINDOW = 8
 GEMMA2_QUERY_PRE_ATTN_SCALAR = 32  # != head_dim (16), so using head_dim**-0.5 instead is visible
 GEMMA2_ATTN_SOFTCAP = 4.0  # small enough to bite: attention logits here reach ~5
 GEMMA2_FINAL_SOFTCAP = 2.0  # small enough to bite: final logits here reach ~1.5-2
+#: Gemma 3 (text): sliding and full layers rotate with different bases (local 1e4, global 1e6),
+#: and the full layers' RoPE is linearly scaled as in Gemma 3 4B and larger. No soft-capping.
+GEMMA3_SLIDING_WINDOW = 8
+GEMMA3_QUERY_PRE_ATTN_SCALAR = 32  # != head_dim (16), so using head_dim**-0.5 instead is visible
+GEMMA3_ROPE: dict[str, dict[str, Any]] = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+}
 
 #: Benchmark Llama (~245M parameters).
 BENCH_DIMS: dict[str, int] = {
@@ -276,6 +297,23 @@ def _family_spec(family: str, n_layers: int) -> tuple[str, dict[str, Any]]:
                 "final_logit_softcapping": GEMMA2_FINAL_SOFTCAP,
             },
         ),
+        # model_type gemma3_text: q_norm/k_norm, a rotary table per layer type, no soft-capping
+        "gemma3": (
+            "Gemma3TextConfig",
+            {
+                "tie_word_embeddings": True,
+                "head_dim": HEAD_DIM,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "rope_parameters": GEMMA3_ROPE,
+                "query_pre_attn_scalar": GEMMA3_QUERY_PRE_ATTN_SCALAR,
+                "sliding_window": GEMMA3_SLIDING_WINDOW,
+                "layer_types": [
+                    "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)
+                ],
+                "attn_logit_softcapping": None,
+                "final_logit_softcapping": None,
+            },
+        ),
     }
     cls_name, overrides = specs[family]
     return cls_name, copy.deepcopy(overrides)
@@ -398,7 +436,7 @@ def build_tiny_model(family: str, out_dir: Path, *, n_layers: int = 4, seed: int
         model,
         _family_seed(family, seed),
         gain=INIT_GAIN,
-        embed_gain=GEMMA2_EMBED_GAIN if family == "gemma2" else None,
+        embed_gain=EMBED_GAINS.get(family),
         never_predict=(EOS_ID, PAD_ID),
     )
     model.save_pretrained(str(out_dir))

@@ -71,6 +71,21 @@ def test_verify_passes_against_hf_fp32(llama_2stage: Path, llama: Path) -> None:
     assert all(len(r.stage_diffs) == 2 for r in report.results)
 
 
+def test_gemma3_export_verifies_against_hf_fp32(
+    tiny_models: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Gemma 3 text (sliding and full layers with their own rotary bases, q/k norms): every
+    stage boundary and the logits match HF fp32, and greedy tokens are identical."""
+    model = tiny_models("gemma3")
+    out = tmp_path / "gemma3-2s"
+    export_model(ExportRequest(model, out, stages=2, weights="fp32"))
+    assert read_manifest(out).architecture == "gemma3_text"
+    report = verify_export(out, model, decode_steps=32)
+    assert report.passed and report.tokens_match
+    assert report.max_logit_diff < 1e-4
+    assert all(len(r.stage_diffs) == 2 and max(r.stage_diffs) < 1e-4 for r in report.results)
+
+
 def test_verify_catches_a_wrong_export(
     llama_2stage: Path, tiny_models: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -164,7 +179,7 @@ def _with_config(model: Path, tmp_path: Path, **changes: object) -> Path:
         ("missing folder", {}, ModelSourceError, "does not exist"),
         ("no config", {}, ModelSourceError, "config.json is missing"),
         ("truncated weights", {}, ModelSourceError, "truncated"),
-        ("unsupported architecture", {}, UnsupportedArchitectureError, "gemma2, llama, mistral"),
+        ("unsupported architecture", {}, UnsupportedArchitectureError, "gemma3_text, llama"),
         ("overlap", {"layers": "0:2,1:4"}, ExportError, "overlap"),
         ("gap", {"layers": "0:1,2:4"}, ExportError, "unassigned"),
         ("beyond the layers", {"layers": "0:2,2:5"}, ExportError, "exceeds the model's 4"),

@@ -104,11 +104,11 @@ def test_dimensions_and_special_tokens(tiny_models: Callable[..., Path], family:
     path = tiny_models(family)
     cfg = AutoConfig.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
-    assert cfg.model_type == ("llama" if family == "llama3" else family)
+    assert cfg.model_type == {"llama3": "llama", "gemma3": "gemma3_text"}.get(family, family)
     assert (cfg.hidden_size, cfg.num_hidden_layers) == (64, 4)
     assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (4, 2)
     assert (cfg.intermediate_size, cfg.max_position_embeddings, cfg.vocab_size) == (128, 512, 512)
-    assert cfg.tie_word_embeddings is (family in ("qwen2", "gemma2"))
+    assert cfg.tie_word_embeddings is (family in ("qwen2", "gemma2", "gemma3"))
     assert (
         (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id)
         == (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
@@ -258,6 +258,52 @@ def _check_gemma2(path: Path, model: PreTrainedModel, ids: torch.Tensor) -> None
             assert _max_diff(logits[: cfg.sliding_window], alt[: cfg.sliding_window]) < 1e-4
 
 
+def _check_gemma3(path: Path, model: PreTrainedModel, ids: torch.Tensor) -> None:
+    cfg = model.config
+    assert cfg.model_type == "gemma3_text" and cfg.tie_word_embeddings
+    assert cfg.layer_types == ["sliding_attention", "full_attention"] * 2
+    assert cfg.sliding_window == mf.GEMMA3_SLIDING_WINDOW < SEQ_LEN
+    assert cfg.query_pre_attn_scalar == mf.GEMMA3_QUERY_PRE_ATTN_SCALAR != cfg.head_dim
+    assert cfg.attn_logit_softcapping is None and cfg.final_logit_softcapping is None
+    assert cfg.rope_parameters == mf.GEMMA3_ROPE
+    rotary = model.model.rotary_emb
+    local, full = rotary.sliding_attention_inv_freq, rotary.full_attention_inv_freq
+    assert local.shape == full.shape == (8,) and not torch.allclose(local, full)
+    assert float(model.model.embed_tokens.embed_scale) == pytest.approx(8.0)
+    attn = model.model.layers[0].self_attn
+    assert attn.q_norm.weight.shape == attn.k_norm.weight.shape == (16,)
+    logits = _logits(model, ids)
+    # Each feature visibly changes the logits.
+    rope = mf.GEMMA3_ROPE
+    variants: dict[str, dict[str, Any]] = {
+        "no sliding window": {"sliding_window": 4096},
+        "head_dim scaling": {"query_pre_attn_scalar": cfg.head_dim},
+        "global base everywhere": {
+            "rope_parameters": {**rope, "sliding_attention": dict(rope["full_attention"])}
+        },
+        "local base everywhere": {
+            "rope_parameters": {**rope, "full_attention": dict(rope["sliding_attention"])}
+        },
+    }
+    for what, change in variants.items():
+        other = AutoConfig.from_pretrained(path)
+        for key, value in change.items():
+            setattr(other, key, value)
+        alt = _logits(_load(path, config=other), ids)
+        assert _max_diff(logits, alt) > 0.1, what
+        if what == "no sliding window":
+            assert _max_diff(logits[: cfg.sliding_window], alt[: cfg.sliding_window]) < 1e-4
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.zero_()  # Gemma norms scale by (1 + w)
+                layer.self_attn.k_norm.weight.zero_()
+        assert _max_diff(logits, _logits(model, ids)) > 0.1
+    finally:
+        model.load_state_dict(state)
+
+
 _FEATURE_CHECKS: dict[str, Callable[[Path, PreTrainedModel, torch.Tensor], None]] = {
     "llama": _check_llama,
     "llama3": _check_llama3,
@@ -266,6 +312,7 @@ _FEATURE_CHECKS: dict[str, Callable[[Path, PreTrainedModel, torch.Tensor], None]
     "mistral": _check_mistral,
     "phi3": _check_phi3,
     "gemma2": _check_gemma2,
+    "gemma3": _check_gemma3,
 }
 
 

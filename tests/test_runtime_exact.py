@@ -16,7 +16,7 @@ from fleetgui.runtime.sequence import CompactionPolicy
 
 pytestmark = pytest.mark.slow
 
-FAMILIES = ("llama", "qwen3", "gemma2")
+FAMILIES = ("llama", "qwen3", "gemma2", "gemma3")
 N_NEW = 48
 PROMPTS = (
     "def add(a, b):\n    return",

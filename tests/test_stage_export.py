@@ -157,7 +157,7 @@ def test_chain_matches_transformers(family: str, split: str, compiled_stage, hf_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama", "gemma2"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gemma3"])
 def test_mask_based_rewind(family: str, compiled_stage) -> None:
     stages = [compiled_stage(family, a, b) for a, b in SPLITS["2"]]
     n = len(PROMPT)
@@ -231,9 +231,47 @@ def test_unsupported_architecture_lists_supported() -> None:
     config = transformers.GPT2Config()
     with pytest.raises(UnsupportedArchitectureError) as info:
         adapter_for(config)
-    for model_type in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2"):
+    for model_type in ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text"):
         assert model_type in info.value.args[0]
-    assert set(supported_model_types()) >= {"llama", "gemma2"}
+    assert set(supported_model_types()) >= {"llama", "gemma2", "gemma3_text"}
+
+
+def test_bidirectional_gemma3_is_refused() -> None:
+    """EmbeddingGemma-style configs attend both ways: supported model_type, refused config."""
+    import model_factory
+
+    config = model_factory.make_config("gemma3")
+    assert adapter_for(config).model_type == "gemma3_text"
+    config.use_bidirectional_attention = True
+    with pytest.raises(UnsupportedArchitectureError, match="use_bidirectional_attention"):
+        adapter_for(config)
+
+
+def test_gemma3_stage_rotates_each_layer_with_its_own_base(model_dir) -> None:
+    """A stage holding a sliding and a full layer keeps one rotary table per layer type; a
+    stage module built with the full layers' table for both differs, so the choice matters."""
+    from fleetgui.export.stage_module import StageModule
+
+    shard = Shard("gemma3", 0, 2, 4)
+    module, _ = build_stage_module(model_dir("gemma3"), shard)
+    assert module.rotary_keys == ["sliding_attention", "full_attention"]
+    assert sorted(module.rotaries) == ["full_attention", "sliding_attention"]
+    inputs = (torch.tensor([PROMPT]), torch.ones(1, 10, dtype=torch.int64), torch.arange(10)[None])
+    past = [torch.zeros(1, 2, 0, 16)] * 4
+    one_table = StageModule(
+        shard=shard,
+        layers=list(module.layers),
+        windows=module.windows,
+        rotary=module.rotaries["full_attention"],
+        embed_weight=module.embed_weight.data,
+        embed_scale=float(module.embed_scale),
+        norm=None,
+        lm_head=None,
+        final_softcap=None,
+    )
+    with torch.no_grad():
+        right, wrong = module(*inputs, *past)[0], one_table(*inputs, *past)[0]
+    assert (right - wrong).abs().max() > 0.1
 
 
 @pytest.mark.slow

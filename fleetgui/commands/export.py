@@ -10,16 +10,22 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 NAME = "export"
-HELP = "split a HuggingFace model into per-stage OpenVINO shards"
+HELP = "split a model (HF folder, GGUF file, hub id) into per-stage OpenVINO shards"
 DESCRIPTION = (
-    "Split a local HuggingFace decoder model by layer into stateful OpenVINO IR stages, "
-    "compress the weights, write DIR/manifest.json and verify the chain against the model."
+    "Split a decoder model (a HuggingFace folder, a GGUF file or a hub id) by layer into "
+    "stateful OpenVINO IR stages, compress the weights, write DIR/manifest.json and verify the chain against the model."
 )
 WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_dir", metavar="MODEL_DIR", type=Path, help="HF model folder")
+    parser.add_argument(
+        "model_dir",
+        metavar="SOURCE",
+        type=Path,
+        help="a HuggingFace model folder, a .gguf file (or a folder holding one), or a hub id "
+        "(org/name: from the HF cache, downloaded unless HF_HUB_OFFLINE=1)",
+    )
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder")
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--stages", type=int, metavar="N", help="split evenly into N stages")
@@ -48,10 +54,12 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from fleetgui.export.exporter import ExportProgress, ExportRequest, export_model
+    from fleetgui.export.sources import resolve_model
     from fleetgui.export.verify import VerificationError, verify_export
 
+    source = resolve_model(args.model_dir)  # a bad source fails here, before any progress bar
     request = ExportRequest(
-        model_dir=args.model_dir,
+        model_dir=source,
         out_dir=args.out,
         stages=args.stages,
         layers=args.layers,
@@ -68,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         bar.refresh()
 
     def verify(folder: Path) -> None:
-        report = verify_export(folder, args.model_dir)
+        report = verify_export(folder, source)
         for line in report.lines():
             print(line, file=sys.stderr)
         if not report.passed:

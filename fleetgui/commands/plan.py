@@ -24,7 +24,12 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="EXPORT_OR_MODEL_DIR", type=Path)
+    parser.add_argument(
+        "model",
+        metavar="SOURCE",
+        type=Path,
+        help="an export folder, a HuggingFace model folder, a .gguf file or a hub id",
+    )
     parser.add_argument(
         "--devices", required=True, type=Path, metavar="DEVICES.json", help="device profiles"
     )

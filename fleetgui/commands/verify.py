@@ -17,7 +17,11 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("export_dir", metavar="DIR", type=Path, help="export folder")
     parser.add_argument(
-        "--reference", required=True, type=Path, metavar="MODEL_DIR", help="HF model folder"
+        "--reference",
+        required=True,
+        type=Path,
+        metavar="SOURCE",
+        help="the model exported: HF folder, .gguf file or hub id",
     )
     parser.add_argument("--prompts", type=Path, metavar="FILE", help="one prompt per line")
     parser.add_argument(

@@ -53,6 +53,17 @@ def _eager_if_attn_softcap(config: Any) -> str:
     return "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
 
 
+def _always_supported(config: Any) -> str | None:
+    return None
+
+
+def _refuse_bidirectional(config: Any) -> str | None:
+    # EmbeddingGemma-style configs attend both ways (and halve the window): not a causal decoder.
+    if getattr(config, "use_bidirectional_attention", False):
+        return "use_bidirectional_attention is set (an embedding model, not a causal decoder)"
+    return None
+
+
 def sliding_window_from_config(config: Any, layer_idx: int) -> int | None:
     """The attention window of decoder layer ``layer_idx``, or None for full attention.
 
@@ -87,6 +98,8 @@ class ArchitectureAdapter:
     final_logit_softcap: Callable[[Any], float | None] = _no_softcap
     sliding_window: Callable[[Any, int], int | None] = sliding_window_from_config
     attn_implementation: Callable[[Any], str] = _sdpa
+    #: Why this config cannot be exported although its model_type can, or None.
+    unsupported_reason: Callable[[Any], str | None] = _always_supported
 
     def layer_prefix(self, layer_idx: int) -> str:
         """Checkpoint key prefix of decoder layer ``layer_idx`` (with trailing dot)."""
@@ -107,6 +120,15 @@ _REGISTRY: dict[str, ArchitectureAdapter] = {
             final_logit_softcap=_final_logit_softcap,
             attn_implementation=_eager_if_attn_softcap,
         ),
+        # Gemma 3 text: the rotary class keeps one table per layer type (local and global
+        # bases), which build_stage_module picks up from the model's own code.
+        ArchitectureAdapter(
+            "gemma3_text",
+            embed_scale=_sqrt_hidden_embed_scale,
+            final_logit_softcap=_final_logit_softcap,
+            attn_implementation=_eager_if_attn_softcap,
+            unsupported_reason=_refuse_bidirectional,
+        ),
     )
 }
 
@@ -124,6 +146,11 @@ def adapter_for(config: Any) -> ArchitectureAdapter:
         raise UnsupportedArchitectureError(
             f"model_type {model_type!r} is not supported for export; supported model types: "
             f"{', '.join(supported_model_types())}"
+        )
+    reason = adapter.unsupported_reason(config)
+    if reason is not None:
+        raise UnsupportedArchitectureError(
+            f"this {adapter.model_type} model cannot be exported: {reason}"
         )
     log.debug("architecture adapter %s", adapter.model_type)
     return adapter

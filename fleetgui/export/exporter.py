@@ -178,7 +178,9 @@ def _checked_out_dir(out: Path) -> Path:
     return out
 
 
-def _up_to_date(out_dir: Path, keys: list[str], model_hash: str, verify: bool) -> Manifest | None:
+def _up_to_date(
+    out_dir: Path, keys: list[str], source: ModelSource, verify: bool
+) -> Manifest | None:
     """The existing export in ``out_dir`` if it was built from the same model with exactly these
     stages and every file it lists is there at its size; else None. (A verified export only
     counts when verification is asked for again: verify runs before the folder is published.)"""
@@ -188,8 +190,10 @@ def _up_to_date(out_dir: Path, keys: list[str], model_hash: str, verify: bool) -
         manifest = read_manifest(out_dir)
     except ManifestError:
         return None
-    if manifest.model_hash != model_hash or [s.key for s in manifest.stages] != keys:
+    if manifest.model_hash != source.identity_hash or [s.key for s in manifest.stages] != keys:
         return None
+    if manifest.tokenizer_hash != source.tokenizer_hash:
+        return None  # the tokenizer or chat template changed: rebuild the tokenizer folder
     files = [f for s in manifest.stages for f in s.files] + list(manifest.tokenizer_files)
     for entry in files:
         path = out_dir / entry.path
@@ -309,13 +313,13 @@ def export_model(
     the previous contents of ``out_dir`` stay as they were and the stages already built are kept
     for the next run.
     """
-    source = open_model_source(request.model_dir)
+    source = open_model_source(request.model_dir)  # also a .gguf file or a hub id
     adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
     shards = plan_shards(source, request)
     out = _checked_out_dir(Path(request.out_dir))
     previous = _previous_stages(out)
     keys = [stage_key(source, shard, request) for shard in shards]
-    current = _up_to_date(out, keys, source.identity_hash, verify is not None)
+    current = _up_to_date(out, keys, source, verify is not None)
     if current is not None:
         _report_up_to_date(out, progress)
         return current
@@ -383,6 +387,7 @@ def export_model(
         layout="monolithic" if request.monolithic else "stages",
         config=source.config,
         fleetgui_version=__version__,
+        tokenizer_hash=source.tokenizer_hash,
     )
     manifest.write(partial)
     if verify is not None:

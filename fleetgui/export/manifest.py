@@ -91,6 +91,9 @@ class Manifest:
     config: dict[str, Any] = field(default_factory=dict)  # the source model's config.json
     format_version: int = FORMAT_VERSION
     fleetgui_version: str = ""
+    # sha256 of the source's tokenizer, chat template and generation config: a fixed tokenizer
+    # makes a re-export rebuild the tokenizer folder even when every stage is reused
+    tokenizer_hash: str = ""
 
     @property
     def model_id(self) -> str:

@@ -36,6 +36,7 @@ TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
 )
+GENERATION_CONFIG = "generation_config.json"
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I8": 1, "U8": 1}
 _MAX_HEADER_BYTES = 100_000_000
 
@@ -114,6 +115,16 @@ class ModelSource:
     def tokenizer_files(self) -> list[Path]:
         return [self.path / name for name in TOKENIZER_FILES if (self.path / name).is_file()]
 
+    @property
+    def tokenizer_hash(self) -> str:
+        """sha256 of the tokenizer files, chat template and generation config: what the export's
+        tokenizer folder is made from (the weights' identity is :attr:`identity_hash`)."""
+        digest = hashlib.sha256()
+        for path in [*self.tokenizer_files(), self.path / GENERATION_CONFIG]:
+            if path.is_file():
+                digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest()
+
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of a safetensors file, with its length checked before it is read."""
@@ -182,9 +193,28 @@ def _digest_samples(digest: Any, file: Path, base: int, spans: list[tuple[int, i
         raise ModelSourceError(f"cannot read weights {file}: {exc}") from exc
 
 
+def _open_gguf_view(path: Path, config: dict[str, Any], config_bytes: bytes) -> ModelSource:
+    """A GGUF file's view folder: weights described from the view's tensor table (fp32 sizes,
+    as the export dequantizes them), identity from the GGUF file's own."""
+    from fleetgui.export.gguf_source import read_view
+
+    view = read_view(path)
+    gguf = Path(view["gguf"])
+    tensors = {
+        name: TensorInfo(gguf, "F32", tuple(int(d) for d in shape))
+        for name, (_, _, shape) in view["tensors"].items()
+    }
+    digest = hashlib.sha256(config_bytes + str(view["identity"]).encode())
+    return ModelSource(path, config, tensors, digest.hexdigest())
+
+
 def open_model_source(path: Path) -> ModelSource:
-    """Validate a HuggingFace model folder and describe it, reading only headers."""
-    path = Path(path)
+    """Validate a model source and describe it, reading only headers: a HuggingFace model
+    folder, a ``.gguf`` file or a folder holding one, or a hub id
+    (:func:`fleetgui.export.sources.resolve_model`)."""
+    from fleetgui.export.sources import resolve_model
+
+    path = resolve_model(path)
     if not path.is_dir():
         raise ModelSourceError(f"model folder {path} does not exist or is not a folder")
     config_path = path / "config.json"
@@ -199,6 +229,10 @@ def open_model_source(path: Path) -> ModelSource:
         if key not in config:
             raise ModelSourceError(f"{config_path} lacks {key!r}: is this a decoder LLM?")
 
+    from fleetgui.export.gguf_source import is_gguf_view
+
+    if is_gguf_view(path):
+        return _open_gguf_view(path, config, config_bytes)
     digest = hashlib.sha256(config_bytes)
     tensors: dict[str, TensorInfo] = {}
     for file in _weight_files(path):

@@ -93,14 +93,24 @@ class StageRotary(nn.Module):
     would freeze; here both tables are computed and the same rule (``max position + 1 >
     original_max_position_embeddings`` selects the long factors) is applied with ``torch.where``.
     "dynamic" (NTK) RoPE depends on the history of calls and is refused.
+
+    ``layer_type`` selects one table of a rotary class that keeps one per layer type (Gemma 3's
+    local and global bases, see :func:`layer_typed_rope`); it is passed to the class's forward.
     """
 
-    def __init__(self, rotary_cls: type[nn.Module], config: Any) -> None:
+    def __init__(
+        self, rotary_cls: type[nn.Module], config: Any, layer_type: str | None = None
+    ) -> None:
         super().__init__()
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+        self.layer_type = layer_type
         self.short = rotary_cls(config=config)
-        rope_type = str(getattr(self.short, "rope_type", "default"))
+        rope_types: Any = getattr(self.short, "rope_type", "default")  # a dict per layer type
+        rope_type = str(rope_types if layer_type is None else rope_types[layer_type])
+        rope_params = config.rope_parameters
+        if layer_type is not None:
+            rope_params = rope_params[layer_type]
         if "dynamic" in rope_type:
             raise UnsupportedArchitectureError(
                 f"rope_type {rope_type!r} recomputes its frequencies from the generation history "
@@ -111,23 +121,36 @@ class StageRotary(nn.Module):
         self._forward = inspect.unwrap(rotary_cls.forward)
         self.long: nn.Module | None = None
         self.threshold = 0
+        self._extra: tuple[str, ...] = () if layer_type is None else (layer_type,)
         if rope_type == "longrope":
-            self.threshold = int(config.rope_parameters["original_max_position_embeddings"])
+            self.threshold = int(rope_params["original_max_position_embeddings"])
             self.long = rotary_cls(config=config)
+            kwargs = {} if layer_type is None else {"layer_type": layer_type}
             long_inv_freq, _ = ROPE_INIT_FUNCTIONS["longrope"](
-                config, None, seq_len=self.threshold + 1
+                config, None, seq_len=self.threshold + 1, **kwargs
             )
-            self.long.register_buffer("inv_freq", long_inv_freq, persistent=False)
+            prefix = "" if layer_type is None else f"{layer_type}_"
+            self.long.register_buffer(f"{prefix}inv_freq", long_inv_freq, persistent=False)
 
     def forward(
         self, hidden: torch.Tensor, position_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self._forward(self.short, hidden, position_ids)
+        cos, sin = self._forward(self.short, hidden, position_ids, *self._extra)
         if self.long is None:
             return cos, sin
-        long_cos, long_sin = self._forward(self.long, hidden, position_ids)
+        long_cos, long_sin = self._forward(self.long, hidden, position_ids, *self._extra)
         use_long = position_ids.max() + 1 > self.threshold
         return torch.where(use_long, long_cos, cos), torch.where(use_long, long_sin, sin)
+
+
+def layer_typed_rope(rotary_cls: type[nn.Module], config: Any) -> bool:
+    """Whether the model's rotary class keeps one table per ``config.layer_types`` entry.
+
+    Gemma 3 rotates sliding and full layers with different bases (``rope_local_base_freq``) and
+    scalings; its rotary class then holds ``rope_type`` as a dict keyed by layer type and takes
+    the layer type in ``forward``.
+    """
+    return isinstance(getattr(rotary_cls(config=config), "rope_type", None), dict)
 
 
 class StageModule(nn.Module):
@@ -137,6 +160,9 @@ class StageModule(nn.Module):
     first stage and ``hidden_in`` otherwise, and ``past`` holds ``key, value`` per stage layer in
     layer order. Returns ``(hidden_out,)`` or ``(logits, top1_ids, top1_probs)``, followed by the
     presents in the same order as ``past``.
+
+    ``rotary`` is one module for every layer, or a dict of modules keyed by layer type with
+    ``rotary_keys`` naming each stage layer's; each table is computed once per forward.
     """
 
     def __init__(
@@ -145,19 +171,25 @@ class StageModule(nn.Module):
         shard: Shard,
         layers: list[nn.Module],
         windows: list[int | None],
-        rotary: nn.Module,
+        rotary: nn.Module | dict[str, nn.Module],
         embed_weight: torch.Tensor | None,
         embed_scale: float | None,
         norm: nn.Module | None,
         lm_head: nn.Module | None,
         final_softcap: float | None,
+        rotary_keys: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.shard = shard
         self.layer_ids = list(range(shard.start_layer, shard.end_layer))
         self.layers = nn.ModuleList(layers)
         self.windows = windows
-        self.rotary = rotary
+        if isinstance(rotary, nn.Module):
+            rotary, rotary_keys = {"all": rotary}, ["all"] * len(layers)
+        if rotary_keys is None or len(rotary_keys) != len(layers):
+            raise ValueError("a rotary per layer type needs rotary_keys, one per stage layer")
+        self.rotaries = nn.ModuleDict(rotary)
+        self.rotary_keys = rotary_keys
         self.embed_weight = None if embed_weight is None else nn.Parameter(embed_weight, False)
         # A 0-d buffer, multiplied in the hidden's dtype like HF's scaled embeddings (Gemma).
         self.embed_scale: torch.Tensor | None
@@ -182,19 +214,19 @@ class StageModule(nn.Module):
                 hidden = hidden * self.embed_scale.to(hidden.dtype)
         else:
             hidden = main
-        cos, sin = self.rotary(hidden, position_ids)
+        tables = {key: rotary(hidden, position_ids) for key, rotary in self.rotaries.items()}
         biases = {w: attention_bias(attention_mask, position_ids, w) for w in set(self.windows)}
         cache = TracingKVCache(
             {idx: (past[2 * i], past[2 * i + 1]) for i, idx in enumerate(self.layer_ids)}
         )
-        for layer, window in zip(self.layers, self.windows, strict=True):
+        for layer, window, key in zip(self.layers, self.windows, self.rotary_keys, strict=True):
             out = layer(
                 hidden,
                 attention_mask=biases[window],
                 position_ids=position_ids,
                 past_key_values=cache,
                 use_cache=True,
-                position_embeddings=(cos, sin),
+                position_embeddings=tables[key],
             )
             hidden = out[0] if isinstance(out, tuple) else out
         presents = tuple(t for idx in self.layer_ids for t in cache.present[idx])
@@ -247,8 +279,18 @@ class CheckpointReader:
         return self._open(path).get_tensor(key)
 
 
+def open_checkpoint(model_dir: Path) -> Any:
+    """The weights of ``model_dir``: its safetensors files, or, for a GGUF file's view folder,
+    the GGUF file (one tensor dequantized at a time). Both answer ``in`` and ``get(key)``."""
+    from fleetgui.export.gguf_source import GGUFCheckpoint, is_gguf_view
+
+    if is_gguf_view(model_dir):
+        return GGUFCheckpoint(model_dir)
+    return CheckpointReader(model_dir)
+
+
 def _materialize(
-    module: nn.Module, prefix: str, reader: CheckpointReader, fallback: dict[str, str] | None = None
+    module: nn.Module, prefix: str, reader: Any, fallback: dict[str, str] | None = None
 ) -> None:
     """Allocate ``module`` (built on ``meta``) on CPU and fill every tensor from the checkpoint."""
     module.to_empty(device="cpu")
@@ -305,7 +347,7 @@ def build_stage_module(model_dir: Path, shard: Shard) -> tuple[StageModule, Any]
             config, attn_implementation=impl, dtype=torch.float32
         )
     config = skeleton.config  # carries the resolved attention implementation
-    reader = CheckpointReader(model_dir)
+    reader = open_checkpoint(model_dir)
     layers_container = skeleton.get_submodule(adapter.layers_path)
     layers: list[nn.Module] = []
     for idx in range(shard.start_layer, shard.end_layer):
@@ -325,8 +367,16 @@ def build_stage_module(model_dir: Path, shard: Shard) -> tuple[StageModule, Any]
         _materialize(lm_head, f"{adapter.lm_head_path}.", reader, fallback)
     rotary_cls = type(skeleton.get_submodule(adapter.rotary_path))
     del skeleton
+    rotary: nn.Module | dict[str, nn.Module]
+    rotary_keys = None
     with torch.device("cpu"):
-        rotary = StageRotary(rotary_cls, config)
+        if layer_typed_rope(rotary_cls, config):
+            rotary_keys = [config.layer_types[i] for i in range(shard.start_layer, shard.end_layer)]
+            rotary = {
+                key: StageRotary(rotary_cls, config, key) for key in dict.fromkeys(rotary_keys)
+            }
+        else:
+            rotary = StageRotary(rotary_cls, config)
     module = StageModule(
         shard=shard,
         layers=layers,
@@ -339,6 +389,7 @@ def build_stage_module(model_dir: Path, shard: Shard) -> tuple[StageModule, Any]
         norm=norm,
         lm_head=lm_head,
         final_softcap=adapter.final_logit_softcap(config) if shard.is_last else None,
+        rotary_keys=rotary_keys,
     )
     module.eval()
     log.info("built stage module for %s (%s, attention %s)", shard, config.model_type, impl)

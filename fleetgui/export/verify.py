@@ -98,9 +98,20 @@ class VerifyReport:
 
 
 def _load_hf_fp32(reference_dir: Path) -> Any:
+    """The reference model in transformers at fp32: from the folder's safetensors, or for a
+    GGUF file's view folder, dequantized from that GGUF file by transformers' own GGUF loader
+    (independent of fleetgui's tensor reading, so the export is checked against it)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from fleetgui.export.gguf_source import is_gguf_view, read_view
+
+    if is_gguf_view(reference_dir):
+        gguf = Path(read_view(reference_dir)["gguf"])
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+        )
+        return model.eval()
     model = AutoModelForCausalLM.from_pretrained(
         reference_dir, dtype=torch.float32, attn_implementation="eager"
     )
@@ -154,6 +165,9 @@ def verify_export(
     manifest = read_manifest(export_dir)
     tokenizer_dir = export_dir / TOKENIZER_DIR if manifest.layout == "stages" else export_dir
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    from fleetgui.export.sources import resolve_model
+
+    reference_dir = resolve_model(reference_dir)  # a .gguf file or hub id: its folder
     n_params = open_model_source(reference_dir).n_parameters
     if not _fits_in_memory(n_params):
         raise VerificationError(

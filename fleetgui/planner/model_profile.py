@@ -235,12 +235,15 @@ def load_model_profile(
     context_length: int | None = None,
     streams: int = 1,
 ) -> ModelProfile:
-    """Profile an export folder (has ``manifest.json``) or a HuggingFace model folder.
+    """Profile an export folder (has ``manifest.json``), a HuggingFace model folder, a GGUF
+    file or a hub id.
 
     An HF folder is planned at ``weight_format`` (default int4, what ``fleetgui export`` writes);
     an export folder at the format it was exported with.
     """
-    folder = Path(folder)
+    from fleetgui.export.sources import resolve_model
+
+    folder = resolve_model(folder)  # a .gguf file or a hub id: the folder it is read from
     if (folder / "manifest.json").is_file():
         profile = profile_from_export(folder, context_length=context_length, streams=streams)
         if weight_format is not None and weight_format != profile.weight_format:
