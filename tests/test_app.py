@@ -184,6 +184,9 @@ def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict)
     assert messages[-1].tokens > 0
     assert window.chat.input.toPlainText() == ""
     assert "Assistant" in window.chat.transcript.toPlainText()
+    # the tiny model has no chat template: the chat says it is sent as a plain transcript
+    assert not window.chat.format_note.isHidden()
+    assert "no chat template" in window.chat.format_note.text()
 
 
 def test_regenerate_replaces_the_reply(qtbot: QtBot, app: Any) -> None:
@@ -411,6 +414,7 @@ def heavy_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     import fleetgui.app.deployment
     import fleetgui.export.exporter
     import fleetgui.export.stage_export
+    import fleetgui.runtime.chat_prompt
     import fleetgui.runtime.tokenizer
 
     calls: list[tuple[str, bool]] = []
@@ -432,6 +436,8 @@ def heavy_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     watch(fleetgui.export.exporter, "compress_weights")
     watch(fleetgui.export.stage_export, "convert_stage")
     watch(fleetgui.runtime.tokenizer.Tokenizer, "__init__")
+    watch(fleetgui.runtime.chat_prompt.ChatPrompter, "__init__")  # probes the tokenizer
+    watch(fleetgui.runtime.chat_prompt.ChatPrompter, "fit")  # renders, counts, trims
     watch(fleetgui.app.deployment, "preview_plan")
     return calls
 
@@ -465,6 +471,7 @@ def test_deploying_a_model_folder_exports_it_in_the_plans_stages(
     assert send_and_wait(qtbot, window, "Once upon a time")
     names = {name for name, _ in heavy_calls}
     assert {"compile_model", "preview_plan", "__init__", "export_model", "convert_stage"} <= names
+    assert "fit" in names  # the chat's prompt was fitted to the context, off the GUI thread
     on_gui_thread = [name for name, gui in heavy_calls if gui]
     assert on_gui_thread == [], f"blocking calls on the GUI thread: {on_gui_thread}"
     unload = asyncio.ensure_future(core.inference.unload())

@@ -182,7 +182,7 @@ class App:
     controller: FleetController
     deployer: FleetDeployer
     results: list[GenerationResult]
-    requests: list[tuple[str, GenerationOptions]]
+    requests: list[tuple[list[dict[str, str]], GenerationOptions]]  # a chat's turns, options
 
 
 @pytest.fixture(scope="module")
@@ -214,13 +214,13 @@ def app(
     window.show()
     state = App(core, window, controller, deployer, [], [])
     core.inference.finished.connect(lambda _, result: state.results.append(result))
-    submit = core.inference.submit
+    submit = core.inference.submit_chat
 
-    def spy(prompt: str, options: GenerationOptions) -> int:
-        state.requests.append((prompt, options))
-        return submit(prompt, options)
+    def spy(messages: list[dict[str, str]], options: GenerationOptions) -> int:
+        state.requests.append((list(messages), options))
+        return submit(messages, options)
 
-    core.inference.submit = spy  # type: ignore[method-assign]
+    core.inference.submit_chat = spy  # type: ignore[method-assign]
     drive(core.fleet_actions.start())
     yield state
     core.session.stop_all()
@@ -449,7 +449,8 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
 
     conversation = new_chat(app.window, max_new_tokens=24)
     deltas = send_and_wait(qtbot, app.window, "def add(a, b):")
-    prompt, options = app.requests[-1]
+    _, options = app.requests[-1]
+    prompt = app.results[-1].prompt  # the chat as rendered for the model
     result = app.results[-1]
     assert result.token_ids == reference_tokens(exports["3s"], prompt, options)
     assert "".join(deltas) == app.core.session.get(conversation).messages[-1].text != ""
@@ -470,7 +471,8 @@ def test_switch_to_pp_sd_with_k_redeploy_and_the_charts_follow(
 
     new_chat(app.window, max_new_tokens=24)
     send_and_wait(qtbot, app.window, "The old lighthouse keeper")
-    prompt, options = app.requests[-1]
+    _, options = app.requests[-1]
+    prompt = app.results[-1].prompt  # the chat as rendered for the model
     assert options.speculative and options.k == 3
     result = app.results[-1]
     assert result.token_ids == reference_tokens(exports["3s"], prompt, options, exports["draft"])
@@ -503,7 +505,8 @@ def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
     finally:
         app.core.session.reply_delta.disconnect(kill_on_second_piece)
     assert pieces > 2, "the reply went on after the kill"
-    prompt, options = app.requests[-1]
+    _, options = app.requests[-1]
+    prompt = app.results[-1].prompt  # the chat as rendered for the model
     reference = reference_tokens(exports["3s"], prompt, options, exports["draft"])
     assert app.results[-1].token_ids == reference
     assert session.failovers == [victim]

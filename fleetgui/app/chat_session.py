@@ -19,7 +19,7 @@ from fleetgui.app.conversation import (
     Conversation,
     Message,
     SamplingSettings,
-    build_prompt,
+    chat_messages,
     finished_message,
 )
 from fleetgui.app.errors import user_message
@@ -160,12 +160,9 @@ class ChatSession(QObject):
         except ValueError as exc:
             self.reply_failed.emit(conversation.id, user_message(exc))
             return
-
-        def fits(prompt: str) -> bool:
-            return self.inference.prompt_fits(prompt, options.max_new_tokens)
-
-        prompt = build_prompt(conversation.messages, fits)
-        request = self.inference.submit(prompt, options)
+        # rendered with the model's chat template, and fitted to its context, off this thread
+        options = self.inference.chat_options(options)
+        request = self.inference.submit_chat(chat_messages(conversation.messages), options)
         self._replies[request] = _Reply(conversation.id, saved_at=time.monotonic())
         self.busy_changed.emit(conversation.id, True)
 

@@ -1,12 +1,11 @@
 """Conversations as plain data: messages, per-conversation sampling settings, JSON form, and the
-prompt a conversation becomes. No Qt here."""
+messages a conversation gives the model's chat template. No Qt here."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -20,9 +19,6 @@ USER = "user"
 ASSISTANT = "assistant"
 ROLES = (USER, ASSISTANT)
 TITLE_CHARS = 48  # a new conversation is titled with the start of its first message
-USER_PREFIX = "User: "
-ASSISTANT_PREFIX = "Assistant:"
-STOP_STRINGS = ("\nUser:",)  # the model starting the user's next turn ends its reply
 
 
 class ConversationFormatError(FleetguiError):
@@ -148,18 +144,7 @@ def finished_message(text: str, reason: str, **figures: Any) -> Message:
     return replace(Message(ASSISTANT, text), finish_reason=reason, **figures)
 
 
-def turn_text(message: Message) -> str:
-    prefix = USER_PREFIX if message.role == USER else ASSISTANT_PREFIX + " "
-    return prefix + message.text.strip()
-
-
-def build_prompt(messages: list[Message], fits: Callable[[str], bool] | None = None) -> str:
-    """The transcript the model continues: ``User: ...`` / ``Assistant: ...`` turns ending with
-    ``Assistant:``. The oldest turns are dropped while ``fits(prompt)`` is false (the last turn
-    is always kept; the runtime then says if even that is too long)."""
-    turns = [turn_text(m) for m in messages if m.text.strip()]
-    while True:
-        prompt = "\n".join([*turns, ASSISTANT_PREFIX])
-        if fits is None or len(turns) <= 1 or fits(prompt):
-            return prompt
-        turns.pop(0)
+def chat_messages(messages: list[Message]) -> list[dict[str, str]]:
+    """The turns as the chat template takes them (``{"role", "content"}``), empty ones left out
+    (a reply stopped before its first token)."""
+    return [{"role": m.role, "content": m.text.strip()} for m in messages if m.text.strip()]

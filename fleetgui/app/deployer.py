@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fleetgui.errors import FleetguiError
 from fleetgui.planner import DeviceProfile, Plan, PlanConfig
+from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ class DeployRequest:
     """What to deploy."""
 
     export_dir: Path  # a fleetgui export (manifest.json)
-    draft_dir: Path | None = None  # a one-stage draft export for PP+SD, run on the coordinator
+    # a one-stage draft export for PP+SD, run on the coordinator, or "ngram" (no draft model)
+    draft_dir: DraftSource | None = None
     plan: Plan | None = None  # which device runs which layers; None: everything on this PC
     devices: tuple[DeviceProfile, ...] = ()  # what ``plan`` was made from (for re-planning)
     plan_config: PlanConfig | None = None

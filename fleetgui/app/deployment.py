@@ -46,6 +46,7 @@ from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.paths import shards_cache_dir
 from fleetgui.planner import Plan, PlanConfig
 from fleetgui.planner.fixed_stages import plan_rows
+from fleetgui.runtime.draft_source import draft_label
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,7 @@ class DeploymentController(QObject):
         pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
         description = f"{self.model_dir.name} on {self.deployer.name}"
         if request.draft_dir is not None:
-            description += f", draft {request.draft_dir.name}"
+            description += f", draft {draft_label(request.draft_dir)}"
         try:
             await self.inference.install(pipeline, description)
         except BaseException:

@@ -5,6 +5,10 @@ Replies are numbered requests; their text arrives as ``delta`` signals and ends 
 of ``finished``, ``stopped`` or ``failed``. Stop is cooperative (the stream ends at the next token,
 where no stage is computing) and turns into a hard cancel if no token comes within
 ``HARD_STOP_S``. At most ``ModeSettings.concurrency`` replies generate at once; others queue.
+
+A chat reply (``submit_chat``) is prompted with the model's own chat template; the conversation
+is rendered, and its oldest turns dropped to fit the context, in a worker thread as the reply
+starts (``fleetgui.runtime.chat_prompt``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -20,12 +26,19 @@ from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.chat_prompt import ChatPrompter
+from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from fleetgui.runtime.metrics import MetricEvent
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline, TokenDelta
 
 log = logging.getLogger(__name__)
 
 HARD_STOP_S = 3.0  # a stop that no token boundary honours within this time cancels the task
+NO_TEMPLATE_NOTE = (
+    "This model has no chat template: the chat is sent as a plain User:/Assistant: transcript, "
+    "which an instruct model may answer poorly. Export it with its tokenizer_config.json or "
+    "chat_template.jinja to use its own format."
+)
 
 
 class NoModelError(FleetguiError):
@@ -35,10 +48,11 @@ class NoModelError(FleetguiError):
 @dataclass
 class _Request:
     id: int
-    prompt: str
+    prompt: str  # a chat's is rendered when it starts
     options: GenerationOptions
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    messages: tuple[Mapping[str, Any], ...] | None = None  # a chat: its turns, oldest first
 
 
 class _Gate:
@@ -76,10 +90,13 @@ class InferenceService(QObject):
     stopped = Signal(int)  # request id: ended by stop(); the text so far stands
     failed = Signal(int, str)  # request id, message with the fix
     metric = Signal(object)  # every runtime MetricEvent of the current pipeline
+    chat_format_changed = Signal(str)  # "" (the model's own template, or no model) or a notice
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._pipeline: Pipeline | None = None
+        self._prompter: ChatPrompter | None = None
+        self._chat_note = ""
         self._description = ""
         self._unsubscribe: list[object] = []
         self._mode = ModeSettings()
@@ -109,13 +126,18 @@ class InferenceService(QObject):
     def busy(self) -> bool:
         return bool(self._requests)
 
-    def prompt_fits(self, prompt: str, max_new_tokens: int) -> bool:
-        """Whether ``prompt`` leaves room for ``max_new_tokens`` in the model's context (True
-        without a model: the request then fails with the fix)."""
-        if self._pipeline is None:
-            return True
-        used = len(self._pipeline.tokenizer.encode(prompt))
-        return used + max_new_tokens <= self._pipeline.context_limit
+    @property
+    def chat_format_note(self) -> str:
+        """What the user should know about how chats are prompted ("" if nothing)."""
+        return self._chat_note
+
+    def chat_options(self, options: GenerationOptions) -> GenerationOptions:
+        """``options`` with the stop strings the model's chat format needs (the plain
+        transcript's; a chat template's replies end at the model's end-of-turn tokens)."""
+        if self._prompter is None or not self._prompter.stop_strings:
+            return options
+        stops = tuple(dict.fromkeys((*options.stop_strings, *self._prompter.stop_strings)))
+        return replace(options, stop_strings=stops)
 
     def set_mode(self, mode: ModeSettings) -> None:
         self._mode = mode
@@ -127,8 +149,10 @@ class InferenceService(QObject):
     async def install(self, pipeline: Pipeline, description: str) -> None:
         """Serve replies from ``pipeline`` from now on (after the current ones end)."""
         await self.unload()
-        self._pipeline = pipeline
+        prompter, note = await asyncio.to_thread(_load_prompter, pipeline)  # encodes: off the GUI
+        self._pipeline, self._prompter = pipeline, prompter
         self._description = description
+        self._set_chat_note(note)
         self._unsubscribe = [pipeline.metrics.subscribe(self._on_metric)]
         log.info("pipeline ready: %s", description)
         self.state_changed.emit(self.state)
@@ -138,6 +162,8 @@ class InferenceService(QObject):
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is None:
             return
+        self._prompter = None
+        self._set_chat_note("")
         self.state_changed.emit("closing")
         for request in list(self._requests.values()):
             self.stop(request.id)
@@ -154,11 +180,25 @@ class InferenceService(QObject):
     def _on_metric(self, event: MetricEvent) -> None:
         self.metric.emit(event)
 
+    def _set_chat_note(self, note: str) -> None:
+        if note != self._chat_note:
+            self._chat_note = note
+            self.chat_format_changed.emit(note)
+
     # -- requests -----------------------------------------------------------------------------
 
     def submit(self, prompt: str, options: GenerationOptions) -> int:
         """Queue a reply to ``prompt``; returns its request id. Problems arrive as ``failed``."""
         request = _Request(next(self._ids), prompt, options)
+        self._requests[request.id] = request
+        request.task = spawn(self._run(request), f"reply {request.id}")
+        return request.id
+
+    def submit_chat(self, messages: Sequence[Mapping[str, Any]], options: GenerationOptions) -> int:
+        """Queue the reply to a conversation (``{"role", "content"}`` turns ending with the
+        user's); its prompt is rendered with the model's chat template when it starts, the
+        oldest turns left out if it would not leave ``options.max_new_tokens`` in the context."""
+        request = _Request(next(self._ids), "", options, messages=tuple(messages))
         self._requests[request.id] = request
         request.task = spawn(self._run(request), f"reply {request.id}")
         return request.id
@@ -181,8 +221,8 @@ class InferenceService(QObject):
             )
         if options.speculative and self._pipeline.draft is None:
             raise NoModelError(
-                f"{self._mode.mode.label} needs a draft model: choose one under Mode and press "
-                "Deploy again, or switch the mode to PP"
+                f"{self._mode.mode.label} needs a draft: choose a draft model or n-gram under "
+                "Mode and press Deploy again, or switch the mode to PP"
             )
         return self._pipeline
 
@@ -195,6 +235,8 @@ class InferenceService(QObject):
             pipeline = self._check(request.options)
             await gate.acquire()
             acquired = True
+            if request.messages is not None and not request.stop.is_set():
+                request.prompt = await asyncio.to_thread(self._chat_prompt, pipeline, request)
             result = None if request.stop.is_set() else await self._generate(pipeline, request)
             if result is None:
                 self.stopped.emit(request.id)
@@ -209,6 +251,22 @@ class InferenceService(QObject):
             self._requests.pop(request.id, None)
             if acquired:
                 await gate.release()
+
+    def _chat_prompt(self, pipeline: Pipeline, request: _Request) -> str:
+        """The chat's prompt, fitted to the context (runs in a worker thread)."""
+        prompter = self._prompter
+        if prompter is None or pipeline is not self._pipeline:
+            raise NoModelError("the model was unloaded: press Deploy and send the message again")
+        budget = pipeline.context_limit - request.options.max_new_tokens
+        prompt = prompter.fit(request.messages or (), budget)
+        if prompt.dropped:
+            log.info(
+                "reply %d: %d oldest message(s) left out to fit the context (%d tokens)",
+                request.id,
+                prompt.dropped,
+                prompt.tokens,
+            )
+        return prompt.text
 
     async def _generate(self, pipeline: Pipeline, request: _Request) -> GenerationResult | None:
         """Stream the reply out as signals; its result, or None if stopped first."""
@@ -230,3 +288,16 @@ class InferenceService(QObject):
             if aclose is not None:
                 await aclose()
         return result
+
+
+def _load_prompter(pipeline: Pipeline) -> tuple[ChatPrompter, str]:
+    """The pipeline's chat prompter and the note for the user: the plain transcript's (no
+    template), or why the model's template could not be used."""
+    tokenizer = pipeline.tokenizer
+    try:
+        prompter = ChatPrompter.for_tokenizer(tokenizer)
+    except ChatTemplateError as exc:
+        log.warning("%s", exc)
+        fallback = ChatPrompter(ChatTemplate(FALLBACK_TEMPLATE), tokenizer.encode)
+        return fallback, f"{exc}. The chat is sent as a plain User:/Assistant: transcript."
+    return prompter, NO_TEMPLATE_NOTE if prompter.is_fallback else ""

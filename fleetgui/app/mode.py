@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from pathlib import Path
 
-from fleetgui.app.conversation import STOP_STRINGS, SamplingSettings
+from fleetgui.app.conversation import SamplingSettings
+from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.pipeline import GenerationOptions
 from fleetgui.runtime.speculative import check_k
 
@@ -34,7 +34,8 @@ class ModeSettings:
 
     mode: Mode = Mode.PP
     k: int | None = None  # draft tokens per round (1-16); None: chosen automatically
-    draft_dir: Path | None = None  # draft export (one stage); used at the next deployment
+    # draft export (one stage) or "ngram" (no draft model); used at the next deployment
+    draft_dir: DraftSource | None = None
     streams: int = 2  # conversations generating at once in PP+SD+MB
 
     def __post_init__(self) -> None:
@@ -58,11 +59,11 @@ class ModeSettings:
 
 
 def generation_options(mode: ModeSettings, sampling: SamplingSettings) -> GenerationOptions:
-    """The runtime options for one reply; raises ``ValueError`` naming a bad setting."""
+    """The runtime options for one reply; raises ``ValueError`` naming a bad setting. (The
+    stop strings a model's chat format needs are added by ``InferenceService.chat_options``.)"""
     return GenerationOptions(
         max_new_tokens=sampling.max_new_tokens,
         sampling=sampling.params(),
-        stop_strings=STOP_STRINGS,
         speculative=mode.mode.speculative,
         k=mode.k,
     )

@@ -20,6 +20,7 @@ from fleetgui.app.core import AppCore
 from fleetgui.app.mode import Mode, ModeSettings
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.draft_source import DraftSource
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class ScreenshotError(FleetguiError):
 class ScreenshotRequest:
     out_dir: Path
     export_dir: Path | None = None
-    draft_dir: Path | None = None
+    draft_dir: DraftSource | None = None
     prompts: tuple[str, ...] = (DEFAULT_PROMPT,)
     max_new_tokens: int = 48
 

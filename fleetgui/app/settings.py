@@ -15,6 +15,7 @@ from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
 from fleetgui.errors import FleetguiError
 from fleetgui.fsutil import atomic_write_text
 from fleetgui.paths import config_dir
+from fleetgui.runtime.draft_source import parse_draft
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ class AppSettings:
     """Everything the app remembers between runs (no secrets)."""
 
     model_dir: str = ""  # last HuggingFace model folder or export chosen
-    draft_dir: str = ""  # draft export for PP+SD
+    draft_dir: str = ""  # draft export for PP+SD, or "ngram"
     mode: str = Mode.PP.value  # pp, pp+sd or pp+sd+mb
     k: int = 0  # draft tokens per round; 0: auto
     streams: int = 2  # concurrent conversations in PP+SD+MB
@@ -44,7 +45,7 @@ class AppSettings:
             mode = Mode.PP
         k = self.k if 1 <= self.k <= 16 else None
         streams = min(max(self.streams, 1), MAX_STREAMS)
-        draft = Path(self.draft_dir) if self.draft_dir else None
+        draft = parse_draft(self.draft_dir) if self.draft_dir else None
         return ModeSettings(mode, k, draft, streams)
 
     @classmethod

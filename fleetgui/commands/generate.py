@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.draft_source import parse_draft
 
 NAME = "generate"
 HELP = "generate text with a pipeline of stages (PP, PP+SD, PP+SD+MB)"
@@ -18,6 +20,8 @@ DESCRIPTION = (
     "Generate text from one or more prompts through the stages of an export, in-process or on "
     "fleet workers, with pipeline parallelism, speculative decoding and interleaved streams."
 )
+log = logging.getLogger(__name__)
+
 MODES = ("pp", "pp+sd", "pp+sd+mb")
 PRECISIONS = ("f32", "bf16", "f16", "auto")
 
@@ -30,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     parser.add_argument("--mode", choices=MODES, default="pp")
     parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
-    parser.add_argument("--draft", type=Path, metavar="DRAFT_EXPORT_DIR", help="draft model")
+    parser.add_argument(
+        "--draft",
+        type=parse_draft,
+        metavar="DRAFT_EXPORT_DIR|ngram",
+        help="draft model export, or ngram: draft from the text itself (no draft model)",
+    )
     parser.add_argument("--streams", type=int, default=1, metavar="S")
     parser.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -46,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
     )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each prompt as a user message, in the model's chat template",
+    )
+    parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message first")
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -69,7 +84,9 @@ def _options(args: argparse.Namespace) -> Any:
         raise FleetguiError(str(exc)) from exc
     speculative = args.mode in ("pp+sd", "pp+sd+mb")
     if speculative and args.draft is None:
-        raise FleetguiError(f"--mode {args.mode} needs a draft model: add --draft DRAFT_EXPORT_DIR")
+        raise FleetguiError(
+            f"--mode {args.mode} needs a draft: add --draft DRAFT_EXPORT_DIR or --draft ngram"
+        )
     return GenerationOptions(
         max_new_tokens=args.max_new_tokens,
         sampling=sampling,
@@ -94,6 +111,7 @@ def result_record(result: Any, speculative: bool) -> dict[str, Any]:
             None if result.acceptance_rate is None else round(result.acceptance_rate, 4)
         )
         record["ks"] = result.ks
+        record["plain_steps"] = result.plain_steps
     return record
 
 
@@ -101,6 +119,8 @@ async def _generate(args: argparse.Namespace) -> int:
     from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
     from fleetgui.runtime.ov_stage import StageConfig
 
+    if args.system is not None and not args.chat:
+        raise FleetguiError("--system is a chat's system message: add --chat")
     options = _options(args)
     stage_config = StageConfig(threads=args.threads, precision=args.precision)
     local = LocalPipelineConfig(stage=stage_config, draft_stage=stage_config)
@@ -117,6 +137,7 @@ async def _generate(args: argparse.Namespace) -> int:
         streams = len(args.prompt)
     semaphore = asyncio.Semaphore(streams)
     results: list[Any] = [None] * len(args.prompt)
+    prompts = list(args.prompt)
     stream_text = not args.json and len(args.prompt) == 1
 
     async def one(index: int, prompt: str) -> None:
@@ -130,10 +151,12 @@ async def _generate(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
+        if args.chat:
+            prompts, options = _chat_prompts(args, pipeline, options)
         if concurrent:
-            await asyncio.gather(*(one(i, p) for i, p in enumerate(args.prompt)))
+            await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
         else:
-            for i, prompt in enumerate(args.prompt):
+            for i, prompt in enumerate(prompts):
                 await one(i, prompt)
     finally:
         await pipeline.close()
@@ -141,6 +164,26 @@ async def _generate(args: argparse.Namespace) -> int:
             await session.close()
     _print_results(args, results, options.speculative, time.perf_counter() - started)
     return 0
+
+
+def _chat_prompts(args: argparse.Namespace, pipeline: Any, options: Any) -> tuple[list[str], Any]:
+    """Each prompt as one user message (after the --system message) in the export's chat
+    template, and the options with the stop strings its format needs."""
+    from dataclasses import replace
+
+    from fleetgui.runtime.chat_prompt import ChatPrompter
+
+    prompter = ChatPrompter.for_tokenizer(pipeline.tokenizer)
+    if prompter.is_fallback:
+        log.warning(
+            "%s has no chat template: the prompt is sent as a plain 'User: ... Assistant:' "
+            "transcript",
+            args.export_dir,
+        )
+    head = [] if args.system is None else [{"role": "system", "content": args.system}]
+    prompts = [prompter.text([*head, {"role": "user", "content": p}]) for p in args.prompt]
+    stops = tuple(dict.fromkeys((*options.stop_strings, *prompter.stop_strings)))
+    return prompts, replace(options, stop_strings=stops)
 
 
 async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetgui.runtime.draft_source import parse_draft
+
 if TYPE_CHECKING:
     from fleetgui.app.core import AppCore
     from fleetgui.app.fleet_controller import FleetControllerConfig
@@ -33,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "export_dir", nargs="?", type=Path, metavar="EXPORT_DIR", help="export to deploy at start"
     )
     parser.add_argument(
-        "--draft", type=Path, metavar="DIR", help="draft export for PP+SD (one stage)"
+        "--draft",
+        type=parse_draft,
+        metavar="DIR|ngram",
+        help="draft export for PP+SD (one stage), or ngram (no draft model)",
     )
     parser.add_argument(
         "--workers",

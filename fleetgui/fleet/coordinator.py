@@ -42,6 +42,7 @@ from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig
 from fleetgui.fleet.ring_route import Ring, RingRoute, RouteConfig
 from fleetgui.planner.replan import SpeedDrift
+from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.loader import (
     LocalPipelineConfig,
     context_limit_of,
@@ -478,8 +479,9 @@ class FleetSession:
 
     # -- the pipeline -------------------------------------------------------------------------
 
-    def pipeline(self, *, draft_dir: Path | None = None) -> Pipeline:
-        """A ``Pipeline`` over the deployed fleet, with an optional local draft model."""
+    def pipeline(self, *, draft_dir: DraftSource | None = None) -> Pipeline:
+        """A ``Pipeline`` over the deployed fleet, with an optional local draft model (or
+        ``"ngram"``: the draft-free drafter)."""
         if self.ring is None or self.export_dir is None or self.manifest is None:
             raise FleetguiError("deploy an export before asking for a pipeline")
         local = self.config.local
@@ -509,7 +511,7 @@ class FleetSession:
             metrics=self.metrics,
         )
 
-    async def open_pipeline(self, *, draft_dir: Path | None = None) -> Pipeline:
+    async def open_pipeline(self, *, draft_dir: DraftSource | None = None) -> Pipeline:
         """:meth:`pipeline`, with the tokenizer and draft loaded in a thread."""
         return await asyncio.to_thread(self.pipeline, draft_dir=draft_dir)
 

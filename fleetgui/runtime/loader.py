@@ -11,11 +11,13 @@ import openvino as ov
 
 from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest, read_manifest
+from fleetgui.runtime.draft_source import NGRAM, DraftSource
 from fleetgui.runtime.metrics import MetricsBus
+from fleetgui.runtime.ngram_draft import NgramDraft
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.route import LocalRoute
-from fleetgui.runtime.speculative import DraftModel
+from fleetgui.runtime.speculative import Drafter, DraftModel
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 log = logging.getLogger(__name__)
@@ -77,13 +79,17 @@ def context_limit_of(manifest: Manifest, requested: int | None) -> int:
 
 
 def load_draft(
-    draft_dir: Path,
+    draft_dir: DraftSource,
     target: Manifest,
     tokenizer: Tokenizer,
     config: LocalPipelineConfig,
     core: ov.Core,
-) -> DraftModel:
-    """The draft export as a ``DraftModel``; it must share the target's tokenizer."""
+) -> Drafter:
+    """The draft export as a ``DraftModel`` (it must share the target's tokenizer), or for
+    :data:`~fleetgui.runtime.draft_source.NGRAM` the draft-free n-gram drafter."""
+    if draft_dir == NGRAM:
+        return NgramDraft()
+    draft_dir = Path(draft_dir)
     manifest = read_manifest(draft_dir)
     if len(manifest.stages) != 1:
         raise FleetguiError(
@@ -115,11 +121,12 @@ def load_draft(
 def load_local_pipeline(
     export_dir: Path,
     *,
-    draft_dir: Path | None = None,
+    draft_dir: DraftSource | None = None,
     config: LocalPipelineConfig | None = None,
     metrics: MetricsBus | None = None,
 ) -> Pipeline:
-    """Every stage of ``export_dir`` compiled in this process, chained, with an optional draft."""
+    """Every stage of ``export_dir`` compiled in this process, chained, with an optional draft
+    (an export folder, or ``"ngram"``)."""
     config = config or LocalPipelineConfig()
     manifest = read_manifest(export_dir)
     config = replace(config, stage=safe_stage_config(config.stage, manifest.weight_format))

@@ -31,7 +31,7 @@ from fleetgui.runtime.metrics import (
 )
 from fleetgui.runtime.route import DecodeRun, Route
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
-from fleetgui.runtime.speculative import AutoK, DraftModel, check_k
+from fleetgui.runtime.speculative import AutoK, Drafter, check_k
 from fleetgui.runtime.stage import (
     ForwardRequest,
     ForwardResult,
@@ -82,6 +82,7 @@ class GenerationResult:
     acceptance_rate: float | None
     finish_reason: str  # "eos", "stop", "max_tokens" or "context"
     ks: list[int] = field(default_factory=list)  # K of each speculative round
+    plain_steps: int = 0  # speculative mode's plain steps (K auto off, or nothing proposed)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class _Stream:
     drafted: int = 0
     accepted: int = 0
     ks: list[int] = field(default_factory=list)
+    plain_steps: int = 0
     auto_k: AutoK = field(default_factory=AutoK)
 
     @property
@@ -103,7 +105,8 @@ class _Stream:
 
 
 class Pipeline:
-    """Generates text through a route of stages, optionally with a local draft model."""
+    """Generates text through a route of stages, optionally with a drafter (a local draft
+    model or the draft-free n-gram one)."""
 
     def __init__(
         self,
@@ -111,7 +114,7 @@ class Pipeline:
         tokenizer: Tokenizer,
         *,
         context_limit: int,
-        draft: DraftModel | None = None,
+        draft: Drafter | None = None,
         prefill_chunk: int = 256,
         metrics: MetricsBus | None = None,
         compaction: CompactionPolicy | None = None,
@@ -172,7 +175,7 @@ class Pipeline:
     async def close(self) -> None:
         await self.route.close()
         if self.draft is not None:
-            await self.draft.stage.close()
+            await self.draft.close()
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -188,7 +191,8 @@ class Pipeline:
         if options.speculative:
             if self.draft is None:
                 raise GenerationError(
-                    "speculative decoding needs a draft model: pass --draft DRAFT_EXPORT_DIR"
+                    "speculative decoding needs a draft model or the n-gram drafter: pass "
+                    "--draft DRAFT_EXPORT_DIR or --draft ngram"
                 )
             if options.k is not None:
                 try:
@@ -252,12 +256,21 @@ class Pipeline:
         if self.draft is None:
             raise GenerationError("speculative decoding needs a draft model")
         options = stream.options
-        k = options.k if options.k is not None else stream.auto_k.choose(self._active)
+        auto = stream.auto_k
+        probe = options.k is None and auto.off  # a round now probes speculation again
+        if options.k is not None:
+            k = options.k
+        else:  # OFF (0) while speculation does not pay: a plain step
+            predictable = probe and self.draft.predictable(stream.id, stream.committed)
+            k = auto.choose(self._active, predictable=predictable)
         k = min(k, options.max_new_tokens - len(stream.generated), self._room(stream) - 1)
         if k < 1:
-            return (await self._target(stream, [], self._plain_head(stream))).tokens
+            return await self._plain_step(stream)
         params = options.sampling
         proposal = await self.draft.propose(stream.id, stream.committed, k, params, stream.rng)
+        if not proposal.drafts:  # e.g. no n-gram match: nothing to verify, not a round
+            return await self._plain_step(stream)
+        k = len(proposal.drafts)  # a drafter may propose fewer than asked
         head: HeadOp
         if params.greedy:
             head = VerifyGreedyHead(tuple(proposal.drafts))
@@ -276,9 +289,19 @@ class Pipeline:
         stream.drafted += k
         stream.accepted += result.accepted
         stream.ks.append(k)
-        # a stream's first round also warms its fresh state up: its time would mark K as dear
-        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms, timed=len(stream.ks) > 1)
+        # a stream's first round also warms its fresh state up, and a probe's draft model
+        # catches up on the plain steps' tokens: their times would mark K as dear
+        timed = len(stream.ks) > 1 and not probe
+        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms, timed=timed)
         self.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
+        return result.tokens
+
+    async def _plain_step(self, stream: _Stream) -> list[int]:
+        """One plain decoding step in speculative mode, timed for K auto's comparison."""
+        started = time.perf_counter()
+        result = await self._target(stream, [], self._plain_head(stream))
+        stream.auto_k.record_plain((time.perf_counter() - started) * 1000)
+        stream.plain_steps += 1
         return result.tokens
 
     async def _generate(
@@ -325,7 +348,7 @@ class Pipeline:
                 yield TokenDelta(stream.id, tail, ())
         finally:
             self._active -= 1
-            if stream.ks and options.k is None:
+            if (stream.ks or stream.plain_steps) and options.k is None:
                 self._k_memory[self.new_auto_k] = stream.auto_k
             await self.route.release(stream.id)
             if self.draft is not None and options.speculative:
@@ -422,6 +445,7 @@ class Pipeline:
             acceptance_rate=acceptance,
             finish_reason=finish,
             ks=stream.ks,
+            plain_steps=stream.plain_steps,
         )
         self.metrics.emit(
             RequestFinished(

@@ -7,9 +7,11 @@ through the pipeline. The draft's cache is rewound with the same mask-based rule
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from fleetgui.runtime.stage import (
 log = logging.getLogger(__name__)
 
 K_MIN, K_MAX = 1, 16
+OFF = 0  # what K auto chooses for a plain decoding step (speculation does not pay now)
 MIN_SLOPE = 0.05  # the least a draft adds to a round, as a share of an average round
 UNBRAKED_ALPHA = 0.99  # the acceptance rate a lone stream's choice believes at most
 
@@ -39,9 +42,40 @@ def check_k(k: int) -> int:
 
 @dataclass
 class Proposal:
-    drafts: list[int]
+    drafts: list[int]  # at most the K asked for; fewer (or none) when the drafter has no more
     dists: list[SparseDist]  # empty in greedy mode
     ms: float
+
+
+class Drafter(Protocol):
+    """What the pipeline asks of a drafter: a draft model (:class:`DraftModel`) or a draft-free
+    one (:class:`~fleetgui.runtime.ngram_draft.NgramDraft`)."""
+
+    async def prefill(self, stream_id: int, committed: list[int]) -> None:
+        """Take in the prompt ahead of the first proposal (overlaps the target's prefill)."""
+
+    async def propose(
+        self,
+        stream_id: int,
+        committed: list[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Proposal:
+        """At most ``k`` drafts continuing ``committed`` (with their distributions when
+        sampling)."""
+        ...
+
+    def predictable(self, stream_id: int, committed: list[int]) -> bool:
+        """Whether the text looks predictable to this drafter now, judged without running a
+        model (an n-gram drafter's long match): K auto probes speculation although it is off."""
+        ...
+
+    async def release(self, stream_id: int) -> None:
+        """Forget a finished stream."""
+
+    async def close(self) -> None:
+        """Free everything (the pipeline is closing)."""
 
 
 class DraftModel:
@@ -153,9 +187,15 @@ class DraftModel:
                 logits = self._feed(stream_id, committed + drafts, len(committed))
         return Proposal(drafts, dists, (time.perf_counter() - started) * 1000)
 
+    def predictable(self, stream_id: int, committed: list[int]) -> bool:
+        return False  # only a proposal tells: K auto probes a draft model by count
+
     async def release(self, stream_id: int) -> None:
         self._fed.pop(stream_id, None)
         await self.stage.release(stream_id)
+
+    async def close(self) -> None:
+        await self.stage.close()
 
 
 @dataclass
@@ -211,9 +251,26 @@ class AutoK:
     smoothing: float = 0.2
     switch_gain: float = 0.1  # K changes only for this much more expected tokens per ms
     max_alpha: float = 0.9  # the highest acceptance rate the choice believes
+    off_gain: float = 0.1  # speculation goes off when plain steps promise this much more
+    off_window: int = 32  # ... judged by the acceptance over this many judged drafts, too
+    off_evidence: int = 8  # ... once at least this many were judged
+    probe_after: int = 16  # plain steps while off before a probe round
+    match_probe_after: int = 2  # ... or this many when the drafter finds the text predictable
     _round: dict[int, float] = field(default_factory=dict)  # K -> draft + verify ms (EMA)
     _timed: dict[int, int] = field(default_factory=dict)  # K -> rounds timed at it
-    _k: int | None = None  # the K chosen last
+    _verify: dict[int, float] = field(default_factory=dict)  # K -> verify ms (EMA)
+    _k: int | None = None  # the K chosen last (while off: the best K when it went off)
+    _plain: float | None = None  # a plain decoding step's ms (EMA); None: none timed yet
+    _off: bool = False  # speculation is off: plain steps until a probe
+    _off_steps: int = 0  # plain steps since speculation went off
+    _recent: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
+    _recent_accepted: int = 0  # accepted drafts in _recent's rounds
+    _recent_judged: int = 0  # judged drafts in _recent's rounds
+
+    @property
+    def off(self) -> bool:
+        """Whether speculation is off (:meth:`choose` returns :data:`OFF` until a probe)."""
+        return self._off
 
     @property
     def alpha(self) -> float:
@@ -222,8 +279,16 @@ class AutoK:
 
     def carried_over(self) -> AutoK:
         """A chooser for the pipeline's next stream that starts from this one's estimates:
-        its round costs, acceptance rate and K (a chat's next reply runs on the same pair)."""
-        return replace(self, _round=dict(self._round), _timed=dict(self._timed))
+        its round costs, acceptance rate and K (a chat's next reply runs on the same pair).
+        If speculation was off, the next stream probes it in its first round: its text is new."""
+        return replace(
+            self,
+            _round=dict(self._round),
+            _timed=dict(self._timed),
+            _verify=dict(self._verify),
+            _recent=collections.deque(self._recent),
+            _off_steps=self.probe_after if self._off else 0,
+        )
 
     def update(
         self, k: int, accepted: int, draft_ms: float, verify_ms: float, *, timed: bool = True
@@ -234,16 +299,42 @@ class AutoK:
         judged = accepted + (1 if accepted < k else 0)
         self.successes = (1 - s) * self.successes + s * accepted
         self.trials = (1 - s) * self.trials + s * judged
+        self._recent.append((accepted, judged))
+        self._recent_accepted += accepted
+        self._recent_judged += judged
+        while self._recent_judged - self._recent[0][1] >= self.off_window:
+            old_accepted, old_judged = self._recent.popleft()
+            self._recent_accepted -= old_accepted
+            self._recent_judged -= old_judged
         if not timed:
             return
         ms = draft_ms + verify_ms
         old = self._round.get(k)
         self._round[k] = ms if old is None else (1 - s) * old + s * ms
         self._timed[k] = self._timed.get(k, 0) + 1
+        old = self._verify.get(k)
+        self._verify[k] = verify_ms if old is None else (1 - s) * old + s * verify_ms
+
+    def record_plain(self, ms: float) -> None:
+        """Record a plain decoding step (one token, no drafts) and its time."""
+        s = self.smoothing
+        self._plain = ms if self._plain is None else (1 - s) * self._plain + s * ms
+        if self._off:
+            self._off_steps += 1
 
     def round_ms(self, k: int) -> float:
         """A round's expected time at ``k`` (once a round was recorded)."""
         return self._round_costs()[k - K_MIN]
+
+    def plain_ms(self) -> float:
+        """A plain step's expected time (once a round or a plain step was recorded): measured,
+        or before any plain step ran, the cheapest verify pass so far. That one checked K + 1
+        positions, so it overestimates a plain step a little: speculation goes off on the
+        estimate only when even it says so. (The round cost line at K=0 still held the draft's
+        fixed cost: with it, a draft that never agreed never went off on the demo's costs.)"""
+        if self._plain is not None:
+            return self._plain
+        return max(min(self._verify.values(), default=1e-3), 1e-3)
 
     def _round_costs(self) -> list[float]:
         """The expected round time for every K from :data:`K_MIN` to :data:`K_MAX`: measured
@@ -269,9 +360,23 @@ class AutoK:
             for k in range(K_MIN, K_MAX + 1)
         ]
 
-    def choose(self, streams: int = 1) -> int:
-        """K for the next round of a stream; ``streams``: how many streams are generating on
-        the pipeline now (with more than one, the brakes apply)."""
+    def choose(self, streams: int = 1, *, predictable: bool = False) -> int:
+        """K for the next round of a stream, or :data:`OFF` for a plain decoding step;
+        ``streams``: how many streams are generating on the pipeline now (with more than one,
+        the brakes apply); ``predictable``: the drafter finds the text predictable now (while
+        off, a probe round comes sooner).
+
+        Speculation goes off when a plain step is expected to make ``off_gain`` more tokens per
+        ms than a round at the best K (see :meth:`_plain_pays`). While off, a probe round of
+        one draft (the cheapest) runs after ``probe_after`` plain steps (``match_probe_after``
+        when ``predictable``); its outcome decides whether speculation comes back. Without
+        this, a draft that agreed 0-7 % of the time held K at 1, slower than plain decoding."""
+        if self._off:
+            due = self.probe_after if not predictable else self.match_probe_after
+            if self._off_steps < due:
+                return OFF
+            self._off = False  # one probe round; the choice after it judges with its outcome
+            return K_MIN
         braked = streams > 1
         current = self.initial_k if self._k is None else self._k
         if not braked and len(self._round) == 1:
@@ -280,14 +385,36 @@ class AutoK:
             return current + 2 if current + 2 <= K_MAX else current - 2
         if self._round:
             cap, gain = (self.max_alpha, self.switch_gain) if braked else (UNBRAKED_ALPHA, 0.0)
-            a = min(max(self.alpha, 0.01), cap)
             costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms a round
-            rates = [
-                (1 - a ** (k + 1)) / (1 - a) / ms
-                for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True)
-            ]
+            rates = _rates(min(max(self.alpha, 0.01), cap), costs)
             best = max(range(len(rates)), key=rates.__getitem__)
+            if self._plain_pays(rates[best], cap, costs):
+                self._k, self._off, self._off_steps = best + K_MIN, True, 0
+                return OFF
             if rates[best] > (1 + gain) * rates[current - K_MIN]:
                 current = best + K_MIN
         self._k = current
         return current
+
+    def _plain_pays(self, best_rate: float, cap: float, costs: list[float]) -> bool:
+        """Whether a plain step makes ``off_gain`` more tokens per ms than the best K, both by
+        the moving acceptance estimate (``best_rate``) and by the acceptance pooled over the
+        last ``off_window`` judged drafts (at least ``off_evidence``). The moving estimate
+        alone, ~5 rounds long, read a draft accepted at 0.3 (14 % faster than plain in
+        ``tests/test_auto_k.py``'s costs) as one at 0.04 often enough to turn it off."""
+        if self._recent_judged < self.off_evidence:
+            return False
+        plain_rate = 1 / self.plain_ms() / (1 + self.off_gain)
+        if plain_rate <= best_rate:
+            return False
+        pooled = min(max(self._recent_accepted / self._recent_judged, 0.01), cap)
+        return plain_rate > max(_rates(pooled, costs))
+
+
+def _rates(a: float, costs: list[float]) -> list[float]:
+    """Expected tokens per ms of a round at each K from :data:`K_MIN`, for acceptance ``a``
+    and the rounds' ``costs``."""
+    return [
+        (1 - a ** (k + 1)) / (1 - a) / ms
+        for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True)
+    ]

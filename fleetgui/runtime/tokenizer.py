@@ -22,6 +22,7 @@ import openvino as ov
 import openvino_tokenizers  # noqa: F401  (adds the tokenizer operations to every ov.Core)
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.special_tokens import end_of_turn_ids
 
 log = logging.getLogger(__name__)
 
@@ -150,19 +151,9 @@ def _fast_encoder(
 
 
 def _eos_ids(folder: Path) -> frozenset[int]:
-    ids: set[int] = set()
-    for name in ("generation_config.json", "config.json", "tokenizer_config.json"):
-        path = folder / name
-        if not path.is_file():
-            path = folder.parent / name
-        if not path.is_file():
-            continue
-        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
+    """The ids that end a reply: every EOS the model's files declare, end-of-turn tokens such
+    as ``<|im_end|>`` or ``<|eot_id|>`` included (see ``special_tokens.end_of_turn_ids``)."""
+    return end_of_turn_ids(folder)
 
 
 @dataclass

@@ -64,9 +64,13 @@ class ChatView(QWidget):
         self.transcript = QTextBrowser()
         self.transcript.setOpenLinks(False)  # links are actions (Copy), not pages to open
         self.transcript.anchorClicked.connect(self._on_link)
+        self.format_note = QLabel()  # how the model is prompted, when the user should know
+        self.format_note.setWordWrap(True)
+        self.format_note.hide()
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.format_note)
         right_layout.addWidget(self.transcript, 1)
         right_layout.addLayout(self._build_sampling())
         right_layout.addLayout(self._build_input())
@@ -243,6 +247,11 @@ class ChatView(QWidget):
 
     def clear_input(self) -> None:
         self.input.clear()
+
+    def set_format_note(self, note: str) -> None:
+        """Show ``note`` above the chat (e.g. that the model has no chat template); '' hides it."""
+        self.format_note.setText(note)
+        self.format_note.setVisible(bool(note))
 
     def set_busy(self, busy: bool) -> None:
         self.stop_button.setEnabled(busy)

@@ -60,6 +60,7 @@ class MainWindow(QMainWindow):
         self._fleet_timer = QTimer(self)
         self._fleet_timer.setInterval(FLEET_REFRESH_MS)
         self._connect_signals()
+        core.inference.chat_format_changed.connect(self.chat.set_format_note)  # e.g. no template
         self._fleet_timer.start()
         self._show_initial_state()
         self.resize(1280, 800)
@@ -133,6 +134,7 @@ class MainWindow(QMainWindow):
         self.mode_panel.set_mode(core.inference.mode)
         self._show_mode(core.inference.mode)
         self._show_pipeline_state(core.inference.state)
+        self.chat.set_format_note(core.inference.chat_format_note)
         saved = core.settings.values.model_dir
         if saved and Path(saved).is_dir():
             core.deployment.choose_model(Path(saved))
@@ -175,8 +177,8 @@ class MainWindow(QMainWindow):
         inference = self.core.inference
         if mode.mode.speculative and inference.pipeline is not None and not inference.has_draft:
             self.messages.show_info(
-                f"{mode.mode.label} needs a draft model: choose one under Mode and press "
-                "Deploy again"
+                f"{mode.mode.label} needs a draft: choose a draft model or n-gram under "
+                "Mode and press Deploy again"
             )
 
     def _show_mode(self, mode: ModeSettings) -> None:

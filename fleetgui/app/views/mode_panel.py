@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from fleetgui.app.mode import MAX_K, MAX_STREAMS, Mode, ModeSettings
+from fleetgui.runtime.draft_source import NGRAM, NGRAM_LABEL, DraftSource
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,17 @@ class ModePanel(QGroupBox):
         self.k_auto.setToolTip("choose K from the measured acceptance rate and stage times")
         self.draft = QLineEdit()
         self.draft.setPlaceholderText("draft export folder (one stage), used at the next Deploy")
-        choose = QPushButton("Choose…")
-        choose.clicked.connect(self._choose_draft)
+        self.choose_draft = QPushButton("Choose…")
+        self.choose_draft.clicked.connect(self._choose_draft)
+        self.ngram = QCheckBox(NGRAM_LABEL)
+        self.ngram.setToolTip(
+            "draft from the conversation itself (prompt lookup): works with any model, pays "
+            "where the reply repeats earlier text"
+        )
         draft_row = QHBoxLayout()
         draft_row.addWidget(self.draft, 1)
-        draft_row.addWidget(choose)
+        draft_row.addWidget(self.choose_draft)
+        draft_row.addWidget(self.ngram)
         self.streams = QSpinBox()
         self.streams.setRange(1, MAX_STREAMS)
         k_row = QHBoxLayout()
@@ -78,6 +85,7 @@ class ModePanel(QGroupBox):
         self.k_auto.toggled.connect(self._changed)
         self.streams.valueChanged.connect(self._changed)
         self.draft.editingFinished.connect(self._changed)
+        self.ngram.toggled.connect(self._changed)
         self._updating = False
         self.set_mode(ModeSettings())
 
@@ -89,7 +97,10 @@ class ModePanel(QGroupBox):
 
     def current(self) -> ModeSettings:
         mode = next((m for m, b in self.buttons.items() if b.isChecked()), Mode.PP)
-        draft = Path(self.draft.text().strip()) if self.draft.text().strip() else None
+        folder = self.draft.text().strip()
+        draft: DraftSource | None = Path(folder) if folder else None
+        if self.ngram.isChecked():
+            draft = NGRAM
         k = None if self.k_auto.isChecked() else self.k.value()
         return ModeSettings(mode, k, draft, self.streams.value())
 
@@ -97,6 +108,8 @@ class ModePanel(QGroupBox):
         speculative = mode.mode.speculative
         self.k.setEnabled(speculative and mode.k is not None)
         self.k_auto.setEnabled(speculative)
+        self.draft.setEnabled(mode.draft_dir != NGRAM)
+        self.choose_draft.setEnabled(mode.draft_dir != NGRAM)
         self.streams.setEnabled(mode.mode is Mode.PP_SD_MB)
         self.description.setText(DESCRIPTIONS[mode.mode])
 
@@ -120,7 +133,9 @@ class ModePanel(QGroupBox):
             if mode.k is not None:
                 self.k.setValue(mode.k)
             self.streams.setValue(mode.streams)
-            self.draft.setText(str(mode.draft_dir) if mode.draft_dir else "")
+            self.ngram.setChecked(mode.draft_dir == NGRAM)
+            folder = mode.draft_dir if mode.draft_dir != NGRAM else None
+            self.draft.setText(str(folder) if folder else "")
         finally:
             self._updating = False
         self._refresh(mode)
