@@ -5,7 +5,11 @@ the largest stage, not the model. This builds a ~1.0B-parameter random Llama (fp
 exports it in 4 stages with int4 weights in a child process, and prints that process's peak
 RSS beside the model's size in fp16 and in fp32 (what loading it whole would take).
 
-Run: ``.venv/bin/python benchmarks/bench_export_memory.py [--stages 4] [--weights int4]``
+With ``--gguf`` the same model is first written as a Q8_0 GGUF file (llama.cpp's layout, as
+Ollama and LM Studio keep models) and that file is exported: each stage's tensors are read and
+dequantized from the memory-mapped file, so the peak again follows a stage, not the model.
+
+Run: ``.venv/bin/python benchmarks/bench_export_memory.py [--stages 4] [--weights int4] [--gguf]``
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ def main() -> None:
         default=None,
         help="layers converted at once (default: auto)",
     )
+    parser.add_argument(
+        "--gguf", action="store_true", help="export the model from a Q8_0 GGUF file of it"
+    )
     args = parser.parse_args()
     from model_factory import BILLION_DIMS, build_bench_llama
 
@@ -55,7 +62,9 @@ def main() -> None:
         build_bench_llama(tmp, dims=BILLION_DIMS)
         tmp.rename(model)
     source = open_model_source(model)
-    out = bench_cache() / f"llama-1b-{args.stages}s-{args.weights}"
+    exported = _gguf_of(model) if args.gguf else model
+    kind = "gguf-" if args.gguf else ""
+    out = bench_cache() / f"llama-1b-{kind}{args.stages}s-{args.weights}"
     shutil.rmtree(out, ignore_errors=True)
     command = [
         sys.executable,
@@ -64,7 +73,7 @@ def main() -> None:
         "--log-level",
         "warning",
         "export",
-        str(model),
+        str(exported),
         "--out",
         str(out),
         "--stages",
@@ -93,6 +102,12 @@ def main() -> None:
         ("model", f"{source.n_parameters / 1e9:.2f}B parameters, {source.n_layers} layers"),
         ("model size fp16 / fp32", f"{fp16 / 1e9:.2f} GB / {fp32 / 1e9:.2f} GB"),
         (
+            "exported from",
+            f"{exported.name} ({exported.stat().st_size / 1e9:.2f} GB)"
+            if exported.is_file()
+            else "safetensors (fp16)",
+        ),
+        (
             "export",
             f"{args.stages} stages, {args.weights}, chunks of "
             f"{args.max_chunk_layers or 'auto'} layers, {seconds:.0f} s",
@@ -114,8 +129,23 @@ def main() -> None:
             "fp16_bytes": fp16,
             "seconds": round(seconds, 1),
             "stages": args.stages,
+            "source": "gguf-q8_0" if args.gguf else "safetensors-fp16",
         },
     )
+
+
+def _gguf_of(model: Path) -> Path:
+    """``model`` written once as a Q8_0 GGUF file (norms fp32) beside it."""
+    from gguf_support import write_llama_gguf
+
+    path = model.with_name(f"{model.name}.Q8_0.gguf")
+    if not path.is_file():
+        tmp = path.with_name(f".{path.name}.tmp")
+        write_llama_gguf(
+            model, tmp, quantize=lambda name: "F32" if name.endswith("norm.weight") else "Q8_0"
+        )
+        tmp.rename(path)
+    return path
 
 
 if __name__ == "__main__":

@@ -27,6 +27,35 @@ def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
+SPM_SPECIALS = ("<unk>", "<s>", "</s>")
+
+
+def spm_vocab(corpus: Path, size: int) -> tuple[list[str], list[float], list[int], Any]:
+    """A SentencePiece-style BPE vocabulary of exactly ``size`` tokens trained on ``corpus``:
+    ``<unk> <s> </s>``, the pieces (``▁`` for spaces) in merge order, then the 256 byte tokens
+    ``<0x00>``..``<0xFF>``; with scores (-rank, as SentencePiece's BPE writes them), GGUF token
+    types and the trained ``tokenizers`` object (the reference for ids)."""
+    from tokenizers import SentencePieceBPETokenizer
+
+    trained = SentencePieceBPETokenizer(replacement="\u2581", add_prefix_space=True)
+    trained.train_from_iterator(
+        [corpus.read_text(encoding="utf-8")],
+        vocab_size=size - 256,
+        min_frequency=2,
+        special_tokens=list(SPM_SPECIALS),
+        show_progress=False,
+    )
+    pieces = [t for t, _ in sorted(trained.get_vocab().items(), key=lambda kv: kv[1])]
+    tokens = pieces + [f"<0x{b:02X}>" for b in range(256)]
+    if len(tokens) != size:
+        raise RuntimeError(f"SentencePiece vocabulary has {len(tokens)} tokens, not {size}")
+    types = [2 if t == "<unk>" else 3 if t in SPM_SPECIALS else 1 for t in pieces]
+    types += [6] * 256
+    scores = [0.0 if t in SPM_SPECIALS else -float(i) for i, t in enumerate(pieces)]
+    scores += [0.0] * 256
+    return tokens, scores, types, trained
+
+
 def write_llama_gguf(
     model_dir: Path,
     out: Path,
@@ -35,6 +64,7 @@ def write_llama_gguf(
     architecture: str = "llama",
     chat_template: str | None = CHATML,
     pre: str = "default",
+    sentencepiece: bool = False,
 ) -> Path:
     """Write the Llama in ``model_dir`` as the GGUF file ``out``; ``quantize(gguf_name)`` picks
     each tensor's type ("F32", "F16", "Q8_0", or any raw type name, e.g. "Q8_1")."""
@@ -63,18 +93,32 @@ def write_llama_gguf(
     writer.add_value_length(head_dim)
     writer.add_vocab_size(config["vocab_size"])
 
-    vocab: dict[str, int] = tokenizer["model"]["vocab"]
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    special = {t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")}
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in special else 1 for t in tokens])
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(config["bos_token_id"])
-    writer.add_eos_token_id(config["eos_token_id"])
-    writer.add_add_bos_token(True)
+    if sentencepiece:  # a Llama 2 / Gemma style vocabulary: pieces and scores, no merges
+        from model_factory import CORPUS_PATH
+
+        tokens, scores, types, _ = spm_vocab(CORPUS_PATH, config["vocab_size"])
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_bos_token_id(tokens.index("<s>"))
+        writer.add_eos_token_id(tokens.index("</s>"))
+        writer.add_unk_token_id(tokens.index("<unk>"))
+        writer.add_add_bos_token(True)
+        writer.add_add_space_prefix(True)
+    else:
+        vocab: dict[str, int] = tokenizer["model"]["vocab"]
+        tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+        special = {t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")}
+        merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre(pre)
+        writer.add_token_list(tokens)
+        writer.add_token_types([3 if t in special else 1 for t in tokens])
+        writer.add_token_merges(merges)
+        writer.add_bos_token_id(config["bos_token_id"])
+        writer.add_eos_token_id(config["eos_token_id"])
+        writer.add_add_bos_token(True)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 

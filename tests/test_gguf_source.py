@@ -209,3 +209,30 @@ def test_a_changed_chat_template_reaches_a_reexport_without_verify(
     assert [s.key for s in second.stages] == [s.key for s in first.stages]  # stages reused
     exported = json.loads((out / "tokenizer" / "tokenizer_config.json").read_text())
     assert exported["chat_template"] == CHATML
+
+
+def test_a_sentencepiece_gguf_tokenizer_is_rebuilt_and_exported(
+    tiny_models: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Llama 2 / Gemma style GGUF vocabularies (pieces with scores, byte fallback, a space
+    prefix) are rebuilt as BPE that gives the SentencePiece-trained tokenizer's ids; the model
+    then exports and verifies like any other."""
+    from gguf_support import spm_vocab
+    from model_factory import CORPUS_PATH
+    from transformers import AutoTokenizer
+
+    path = write_llama_gguf(tiny_models("llama"), tmp_path / "spm.gguf", sentencepiece=True)
+    view = prepare_gguf(path, tmp_path / "views")
+    rebuilt = AutoTokenizer.from_pretrained(view)
+    _, _, _, trained = spm_vocab(CORPUS_PATH, 512)
+    bos = rebuilt.convert_tokens_to_ids("<s>")
+    for text in ("def add(a, b):\n    return a + b", "The quick brown fox.", "x  =  1"):
+        assert rebuilt(text)["input_ids"] == [bos, *trained.encode(text).ids], text
+        assert rebuilt.decode(rebuilt(text)["input_ids"], skip_special_tokens=True) == text
+    unseen = rebuilt("é€", add_special_tokens=False)["input_ids"]  # not in the vocabulary
+    assert all(rebuilt.convert_ids_to_tokens(i).startswith("<0x") for i in unseen[1:])
+    assert rebuilt.decode(unseen) == " é€".lstrip()
+    out = tmp_path / "export"
+    done = _cli("export", str(path), "--out", str(out), "--stages", "2", "--weights", "fp32")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PASS" in done.stderr

@@ -80,6 +80,8 @@ class GGUFVocab:
     eos_id: int | None
     add_bos: bool
     chat_template: str | None
+    scores: tuple[float, ...] = ()  # by id (SentencePiece vocabularies: the merge order)
+    add_space_prefix: bool = False  # SentencePiece: a "▁" before the text (Llama 2, not Gemma)
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> GGUFVocab:
@@ -102,8 +104,10 @@ class GGUFVocab:
             merges=tuple(str(m) for m in fields.get("tokenizer.ggml.merges", ())),
             bos_id=None if bos is None else int(bos),
             eos_id=None if eos is None else int(eos),
-            add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", False)),
+            add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", model == "llama")),
             chat_template=None if template is None else str(template),
+            scores=tuple(float(x) for x in fields.get("tokenizer.ggml.scores", ())),
+            add_space_prefix=bool(fields.get("tokenizer.ggml.add_space_prefix", True)),
         )
 
     def token(self, token_id: int | None) -> str | None:
@@ -119,11 +123,14 @@ class GGUFVocab:
 def build_tokenizer_json(vocab: GGUFVocab) -> str:
     """The ``tokenizer.json`` text of the GGUF file's tokenizer; raises ``GGUFTokenizerError``
     naming the tokenizer model or pre-tokenizer when it is one fleetgui cannot rebuild."""
+    if vocab.model == "llama":
+        return _sentencepiece_json(vocab)
     if vocab.model != "gpt2":
         raise GGUFTokenizerError(
             f"the GGUF file's tokenizer model is {vocab.model!r}; fleetgui rebuilds byte-level "
-            "BPE tokenizers ('gpt2': Llama 3, Qwen 2/3, SmolLM, Phi-3.5 ...) from GGUF metadata. "
-            "Export the model from its HuggingFace folder or hub id instead"
+            "BPE ('gpt2': Llama 3, Qwen 2/3, SmolLM, Phi-3.5 ...) and SentencePiece BPE "
+            "('llama': Llama 2, Mistral, Gemma) tokenizers from GGUF metadata. Export the model "
+            "from its HuggingFace folder or hub id instead"
         )
     splits = PRE_TOKENIZERS.get(vocab.pre)
     if splits is None:
@@ -182,6 +189,63 @@ def build_tokenizer_json(vocab: GGUFVocab) -> str:
     return str(tokenizer.to_str())
 
 
+SPACE = "\u2581"  # SentencePiece's visible space
+
+
+def sentencepiece_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:
+    """BPE merges equivalent to a SentencePiece BPE vocabulary: every split of a normal piece
+    into two normal pieces, the pieces with the higher score merged first (SentencePiece BPE
+    merges the pair whose result scores highest)."""
+    normal = {t: i for i, t in enumerate(vocab.tokens) if vocab.token_types[i] == NORMAL}
+    found: list[tuple[float, int, int, str, str]] = []
+    for piece, index in normal.items():
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in normal and right in normal:
+                found.append((-vocab.scores[index], normal[left], normal[right], left, right))
+    found.sort()
+    return [(left, right) for _, _, _, left, right in found]
+
+
+def _sentencepiece_json(vocab: GGUFVocab) -> str:
+    if len(vocab.scores) != len(vocab.tokens):
+        raise GGUFTokenizerError(
+            "the GGUF file's SentencePiece tokenizer has no scores (tokenizer.ggml.scores)"
+        )
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+
+    unk = next((vocab.tokens[i] for i, t in enumerate(vocab.token_types) if t == UNKNOWN), None)
+    bpe = models.BPE(
+        vocab={token: i for i, token in enumerate(vocab.tokens)},
+        merges=sentencepiece_merges(vocab),
+        unk_token=unk,
+        fuse_unk=True,
+        byte_fallback=True,
+    )
+    tokenizer = Tokenizer(bpe)
+    steps = [normalizers.Replace(" ", SPACE)]
+    decode = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if vocab.add_space_prefix:
+        steps.insert(0, normalizers.Prepend(SPACE))
+        decode.append(decoders.Strip(" ", 1, 0))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.decoder = decoders.Sequence(decode)
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(vocab.tokens[i], special=vocab.token_types[i] == CONTROL, normalized=False)
+            for i in vocab.special_ids()
+        ]
+    )
+    bos = vocab.token(vocab.bos_id)
+    if vocab.add_bos and bos is not None and vocab.bos_id is not None:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, vocab.bos_id)],
+        )
+    return str(tokenizer.to_str())
+
+
 def tokenizer_config(vocab: GGUFVocab) -> dict[str, Any]:
     """``tokenizer_config.json`` for the rebuilt tokenizer: special tokens, bos handling and the
     chat template (transformers and fleetgui's chat rendering read it there)."""
@@ -218,9 +282,11 @@ def end_of_turn_ids(vocab: GGUFVocab) -> list[int]:
 
 
 def _decoded_token(vocab: GGUFVocab, token_id: int) -> str | None:
-    """What a normal byte-level token stands for, or None when its bytes are not whole UTF-8."""
+    """What a normal token stands for, or None when its bytes are not whole UTF-8."""
     from tokenizers import decoders
 
+    if vocab.model == "llama":
+        return vocab.tokens[token_id].replace(SPACE, " ")
     try:
         return str(decoders.ByteLevel().decode([vocab.tokens[token_id]]))
     except Exception:  # a token outside the byte alphabet
@@ -256,11 +322,13 @@ def check_tokenizer(tokenizer_json: str, vocab: GGUFVocab, texts: Sequence[str] 
         text = _decoded_token(vocab, token_id)
         if not text or "\ufffd" in text:
             continue
-        if tokenizer.decode([token_id], skip_special_tokens=False) != text:
+        decoded = tokenizer.decode([token_id], skip_special_tokens=False)
+        if decoded != text and not (vocab.add_space_prefix and " " + decoded == text):
             raise GGUFTokenizerError(f"token {token_id} does not decode to {text!r}")
         word = text.strip()
         if text == " " + word and word.isalpha():  # " Paris" is one token and must stay one
-            got = tokenizer.encode(text, add_special_tokens=False).ids
+            query = word if vocab.add_space_prefix else text  # the prefix is the space
+            got = tokenizer.encode(query, add_special_tokens=False).ids
             if got != [token_id]:
                 raise GGUFTokenizerError(f"{text!r} encodes to {got}, not to its token {token_id}")
             checked += 1
