@@ -491,3 +491,49 @@ def test_screenshot_command_writes_every_view(exports: dict, tmp_path: Path) -> 
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert not (tmp_path / "home" / "data" / "chats").exists()  # history stays out of the user's
+
+
+def test_a_gguf_file_typed_in_the_model_field_is_opened_off_the_gui_thread_and_deployed(
+    qtbot: QtBot, qloop: Any, tiny_models: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The model picker takes a .gguf file: its view folder is made off the GUI thread, it
+    becomes the chosen HuggingFace-kind model, and deploying it exports and answers."""
+    import threading
+
+    from gguf_support import write_llama_gguf
+
+    import fleetgui.export.sources
+
+    gguf = write_llama_gguf(tiny_models("llama"), tmp_path / "tiny.gguf")
+    threads: list[bool] = []
+    original = fleetgui.export.sources.resolve_model
+
+    def recording(*args: Any, **kwargs: Any) -> Path:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return original(*args, **kwargs)
+
+    fleetgui.export.sources.resolve_model = recording  # type: ignore[assignment]
+    try:
+        core, window = make_window(tmp_path)
+        qtbot.addWidget(window)
+        deployment = core.deployment
+        deployment.export_root, deployment.export_weights = tmp_path / "exports", "fp32"
+        window.deploy_view.folder.setText(str(gguf))
+        failures: list[str] = []
+        deployment.failed.connect(failures.append)
+        changed: list[tuple[str, str]] = []
+        deployment.model_changed.connect(lambda folder, kind: changed.append((folder, kind)))
+        window.deploy_view.choose_requested.emit(str(gguf))
+        qtbot.waitUntil(lambda: bool(changed or failures), timeout=TIMEOUT_MS)
+        assert failures == []
+        ((folder, kind),) = changed
+        assert kind == "HuggingFace model"
+        assert (Path(folder) / "gguf_view.json").is_file()
+        assert threads == [False]
+        qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
+        with qtbot.waitSignal(deployment.deployed, timeout=3 * TIMEOUT_MS):
+            window.deploy_view.deploy_button.click()
+        new_chat(window, max_new_tokens=8)
+        assert send_and_wait(qtbot, window, "Once upon a time")
+    finally:
+        fleetgui.export.sources.resolve_model = original

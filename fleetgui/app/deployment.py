@@ -43,6 +43,8 @@ from fleetgui.app.plan_preview import PreviewRequest, preview_plan
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
 from fleetgui.export.exporter import ExportProgress, ExportRequest
+from fleetgui.export.manifest import ManifestError, read_manifest
+from fleetgui.export.quality import weights_label
 from fleetgui.paths import shards_cache_dir
 from fleetgui.planner import Plan, PlanConfig
 from fleetgui.planner.fixed_stages import plan_rows
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 class JobState(enum.Enum):
     IDLE = "idle"
+    OPENING = "opening"  # a GGUF file or hub id becoming a folder the exporter reads
     EXPORTING = "exporting"
     PLANNING = "planning"
     DEPLOYING = "deploying"
@@ -67,6 +70,19 @@ class ModelChoiceError(FleetguiError):
     """The chosen folder is neither an export nor a HuggingFace model."""
 
 
+def needs_opening(source: Path) -> bool:
+    """Whether ``source`` must be opened before it can be used: a GGUF file, a folder holding
+    GGUF files and no model, or a hub id (not an existing path)."""
+    from fleetgui.export.sources import looks_like_hub_id
+
+    if source.is_file():
+        return source.suffix.lower() == ".gguf"
+    if source.is_dir():
+        has_model = (source / "manifest.json").is_file() or (source / "config.json").is_file()
+        return not has_model and any(source.glob("*.gguf"))
+    return looks_like_hub_id(str(source))
+
+
 def model_kind(folder: Path) -> ModelKind:
     if (folder / "manifest.json").is_file():
         return ModelKind.EXPORT
@@ -74,7 +90,7 @@ def model_kind(folder: Path) -> ModelKind:
         return ModelKind.HUGGINGFACE
     raise ModelChoiceError(
         f"{folder} is neither a fleetgui export (manifest.json) nor a HuggingFace model folder "
-        "(config.json): choose the folder that holds one of them"
+        "(config.json): choose the folder that holds one of them, a .gguf file or a hub id"
     )
 
 
@@ -92,6 +108,9 @@ class DeploymentController(QObject):
     deployed = Signal(str)  # description of what now serves the chat
     failed = Signal(str)  # message with the fix
     cancelled = Signal(str)  # what was cancelled
+    # the chosen export's weight format and verified quality ("int8 · top-1 99.2 %"), after
+    # every model_changed; "" for a HuggingFace model
+    weights_described = Signal(str)
 
     def __init__(
         self,
@@ -116,6 +135,7 @@ class DeploymentController(QObject):
         self._state = JobState.IDLE
         self._task: asyncio.Task[Any] | None = None
         self._export: ExportJob | None = None
+        self.model_changed.connect(self._describe_weights)  # whichever path chose the model
 
     @property
     def state(self) -> JobState:
@@ -128,7 +148,14 @@ class DeploymentController(QObject):
     # -- choosing -----------------------------------------------------------------------------
 
     def choose_model(self, folder: Path) -> bool:
-        """Use ``folder`` (an export or an HF model); False and ``failed`` if it is neither."""
+        """Use ``folder`` (an export or an HF model); False and ``failed`` if it is neither.
+
+        A GGUF file (or a folder holding one) or a hub id is opened off the GUI thread first
+        (its view folder is made once, or the hub snapshot found): then ``model_changed`` comes
+        when that is done, or ``failed`` says why not."""
+        if needs_opening(Path(folder)):
+            self.model_dir = None
+            return self._start(JobState.OPENING, self._open_job(str(folder)), needs_model=False)
         try:
             kind = model_kind(Path(folder))
         except ModelChoiceError as exc:
@@ -138,14 +165,35 @@ class DeploymentController(QObject):
         self.model_changed.emit(str(folder), kind.value)
         return True
 
+    def _describe_weights(self, folder: str, kind: str) -> None:
+        text = ""
+        if kind == ModelKind.EXPORT.value:
+            try:
+                manifest = read_manifest(Path(folder))
+            except ManifestError:
+                pass  # deploying it says what is wrong
+            else:
+                text = weights_label(manifest.weight_format, manifest.quality)
+        self.weights_described.emit(text)
+
     # -- jobs ---------------------------------------------------------------------------------
 
-    def _start(self, state: JobState, job: Coroutine[Any, Any, None]) -> bool:
+    async def _open_job(self, source: str) -> None:
+        from fleetgui.export.sources import resolve_model
+
+        folder = await asyncio.to_thread(resolve_model, source)
+        kind = model_kind(folder)
+        self.model_dir, self.kind, self.plan = folder, kind, None
+        self.model_changed.emit(str(folder), kind.value)
+
+    def _start(
+        self, state: JobState, job: Coroutine[Any, Any, None], *, needs_model: bool = True
+    ) -> bool:
         if self._task is not None and not self._task.done():
             job.close()
             self.failed.emit(f"busy {self._state.value}: wait for it to finish or press Cancel")
             return False
-        if self.model_dir is None:
+        if needs_model and self.model_dir is None:
             job.close()
             self.failed.emit("choose a model first: an export or a HuggingFace model folder")
             return False

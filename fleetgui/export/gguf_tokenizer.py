@@ -107,7 +107,8 @@ class GGUFVocab:
             add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", model == "llama")),
             chat_template=None if template is None else str(template),
             scores=tuple(float(x) for x in fields.get("tokenizer.ggml.scores", ())),
-            add_space_prefix=bool(fields.get("tokenizer.ggml.add_space_prefix", True)),
+            # llama.cpp's default: a space prefix for SentencePiece vocabularies only
+            add_space_prefix=bool(fields.get("tokenizer.ggml.add_space_prefix", model == "llama")),
         )
 
     def token(self, token_id: int | None) -> str | None:

@@ -55,14 +55,19 @@ class DeploymentView(QWidget):
 
     def _build_model(self) -> QGroupBox:
         self.folder = QLineEdit()
-        self.folder.setPlaceholderText("a HuggingFace model folder or a fleetgui export")
+        self.folder.setPlaceholderText(
+            "a HuggingFace model folder, a .gguf file, a hub id (org/name) or a fleetgui export"
+        )
         self.folder.returnPressed.connect(lambda: self.choose_requested.emit(self.folder.text()))
         browse = QPushButton("Choose folder…")
         browse.clicked.connect(self._browse)
+        browse_gguf = QPushButton("Choose GGUF file…")
+        browse_gguf.clicked.connect(self._browse_gguf)
         self.kind = QLabel("no model chosen")
         row = QHBoxLayout()
         row.addWidget(self.folder, 1)
         row.addWidget(browse)
+        row.addWidget(browse_gguf)
         self.weights = QComboBox()
         self.weights.addItems(WEIGHTS)
         self.stages = QSpinBox()
@@ -83,6 +88,11 @@ class DeploymentView(QWidget):
         model_form = QFormLayout(model_box)
         model_form.addRow("Folder", row)
         model_form.addRow("", self.kind)
+        self.weights_info = QLabel()  # an export's weight format and verified quality
+        self.weights_info.setToolTip(
+            "top-1: how often the export's next token is the fp32 model's, on verification"
+        )
+        model_form.addRow("", self.weights_info)
         model_form.addRow("Export", export_row)
         return model_box
 
@@ -147,6 +157,13 @@ class DeploymentView(QWidget):
         if folder:
             self.choose_requested.emit(folder)
 
+    def _browse_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Choose a GGUF model file", "", "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.choose_requested.emit(path)
+
     # -- slots --------------------------------------------------------------------------------
 
     def on_model_changed(self, folder: str, kind: str) -> None:
@@ -170,6 +187,9 @@ class DeploymentView(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
 
+    def on_weights_described(self, text: str) -> None:
+        self.weights_info.setText(text)
+
     def on_export_progress(self, step: int, total: int, message: str) -> None:
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(step)
@@ -190,8 +210,9 @@ class DeploymentView(QWidget):
             )
             for column, value in enumerate(values):
                 self.plan_table.setItem(index, column, QTableWidgetItem(value))
+        weights = self.weights_info.text() or plan.weight_format  # an export's, with quality
         self.plan_summary.setText(
-            f"{plan.model_id} ({plan.weight_format}): predicted {plan.predicted_tokens_per_s:.1f} "
+            f"{plan.model_id} ({weights}): predicted {plan.predicted_tokens_per_s:.1f} "
             f"tokens/s with {plan.streams} stream(s), {plan.predicted_ms_per_token:.2f} ms per "
             f"token for one user."
         )
