@@ -245,7 +245,10 @@ def test_int4_chain_matches_the_int4_monolithic_export(llama: Path, tmp_path: Pa
     for result in report.results:
         assert result.monolithic_tokens_match
         assert result.monolithic_max_diff is not None and result.monolithic_max_diff < 1e-3
-    assert report.passed
+    # Both exports alike change most argmaxes of this random model's flat logits: the split
+    # costs nothing, and int4 itself fails the int4 quality limits here.
+    assert report.quality.positions == 3 * 16
+    assert not report.passed and report.quality.top1_agreement < 0.5
 
 
 def test_int8_export_runs_close_to_fp32(llama: Path, tmp_path: Path) -> None:

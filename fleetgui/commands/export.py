@@ -13,7 +13,8 @@ NAME = "export"
 HELP = "split a model (HF folder, GGUF file, hub id) into per-stage OpenVINO shards"
 DESCRIPTION = (
     "Split a decoder model (a HuggingFace folder, a GGUF file or a hub id) by layer into "
-    "stateful OpenVINO IR stages, compress the weights, write DIR/manifest.json and verify the chain against the model."
+    "stateful OpenVINO IR stages, compress the weights, write DIR/manifest.json and verify the "
+    "chain against the model."
 )
 WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from fleetgui.export.exporter import ExportProgress, ExportRequest, export_model
+    from fleetgui.export.quality import ExportQuality
     from fleetgui.export.sources import resolve_model
     from fleetgui.export.verify import VerificationError, verify_export
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         bar.set_description_str(progress.message[:60])
         bar.refresh()
 
-    def verify(folder: Path) -> None:
+    def verify(folder: Path) -> ExportQuality:
         report = verify_export(folder, source)
         for line in report.lines():
             print(line, file=sys.stderr)
@@ -84,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 f"the export does not reproduce {args.model_dir} (see above); the stages built "
                 "are kept and reused when you run the export again"
             )
+        return report.quality
 
     try:
         manifest = export_model(

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 NAME = "verify"
 HELP = "check an export against its HuggingFace model"
 DESCRIPTION = (
     "Run the chain of stages on a few prompts (prefill and 32 decode steps) against HF "
-    "transformers in fp32 and the monolithic export; print the largest logit difference and "
-    "whether the greedy tokens match."
+    "transformers in fp32 and the monolithic export; print the largest logit difference, "
+    "whether the greedy tokens match, the top-1 agreement and mean KL divergence with HF fp32, "
+    "and store those measures in the export's manifest."
 )
 
 
@@ -32,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fleetgui.errors import FleetguiError
-    from fleetgui.export.verify import verify_export
+    from fleetgui.export.verify import record_quality, verify_export
 
     prompts = None
     if args.prompts is not None:
@@ -49,4 +53,8 @@ def run(args: argparse.Namespace) -> int:
     )
     for line in report.lines():
         print(line)
+    try:
+        record_quality(args.export_dir, report.quality)  # also a failed one: the app shows it
+    except OSError as exc:  # e.g. a read-only export: the verdict above still stands
+        log.warning("could not store the measures in %s's manifest: %s", args.export_dir, exc)
     return 0 if report.passed else 1

@@ -34,6 +34,7 @@ from fleetgui.export.manifest import (
 )
 from fleetgui.export.model_source import ModelSource, open_model_source
 from fleetgui.export.monolithic import export_monolithic
+from fleetgui.export.quality import ExportQuality
 from fleetgui.export.stage_io import stage_io_names
 from fleetgui.export.tokenizer_export import export_tokenizer
 from fleetgui.fsutil import atomic_write_text, link_or_copy, replace_dir
@@ -301,17 +302,30 @@ def _drop_unlisted_files(folder: Path, manifest: Manifest) -> None:
             path.rmdir()
 
 
+def _verified(
+    manifest: Manifest, partial: Path, verify: Callable[[Path], ExportQuality | None]
+) -> Manifest:
+    """Run ``verify`` on the written ``partial`` folder; the quality it returns goes into the
+    manifest there (before the folder is published, so a published export carries it)."""
+    quality = verify(partial)
+    if quality is None:
+        return manifest
+    manifest = replace(manifest, quality=quality)
+    manifest.write(partial)
+    return manifest
+
+
 def export_model(
     request: ExportRequest,
     *,
     progress: ProgressCallback | None = None,
-    verify: Callable[[Path], None] | None = None,
+    verify: Callable[[Path], ExportQuality | None] | None = None,
 ) -> Manifest:
     """Export ``request.model_dir`` to ``request.out_dir``; returns the written manifest.
 
-    ``verify`` is called on the finished folder before it is moved into place; if it raises,
-    the previous contents of ``out_dir`` stay as they were and the stages already built are kept
-    for the next run.
+    ``verify`` is called on the finished folder before it is moved into place; the quality it
+    returns goes into the manifest. If it raises, the previous contents of ``out_dir`` stay as
+    they were and the stages already built are kept for the next run.
     """
     source = open_model_source(request.model_dir)  # also a .gguf file or a hub id
     adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
@@ -392,7 +406,7 @@ def export_model(
     manifest.write(partial)
     if verify is not None:
         report("verifying against the source model")
-        verify(partial)
+        manifest = _verified(manifest, partial, verify)
         done += 1
     _drop_unlisted_files(partial, manifest)
     replace_dir(partial, out)

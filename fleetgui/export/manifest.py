@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui.errors import FleetguiError
+from fleetgui.export.quality import ExportQuality
 from fleetgui.fsutil import atomic_write_text, sha256_file
 from fleetgui.shard import Shard
 
@@ -94,6 +95,9 @@ class Manifest:
     # sha256 of the source's tokenizer, chat template and generation config: a fixed tokenizer
     # makes a re-export rebuild the tokenizer folder even when every stage is reused
     tokenizer_hash: str = ""
+    # how close the export came to its model when last verified; None: never verified (or a
+    # manifest written before verification recorded it)
+    quality: ExportQuality | None = None
 
     @property
     def model_id(self) -> str:
@@ -122,9 +126,16 @@ class Manifest:
                 "model with this fleetgui version"
             )
         stages = tuple(StageEntry.from_dict(s) for s in data["stages"])
-        fields = {k: v for k, v in data.items() if k not in ("stages", "tokenizer_files")}
+        parsed = ("stages", "tokenizer_files", "quality")
+        fields = {k: v for k, v in data.items() if k not in parsed}
         tokenizer = tuple(FileEntry(**f) for f in data.get("tokenizer_files", ()))
-        return cls(stages=stages, tokenizer_files=tokenizer, **fields)
+        quality = data.get("quality")
+        return cls(
+            stages=stages,
+            tokenizer_files=tokenizer,
+            quality=None if quality is None else ExportQuality.from_dict(quality),
+            **fields,
+        )
 
 
 def read_manifest(folder: Path) -> Manifest:

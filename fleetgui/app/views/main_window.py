@@ -86,15 +86,19 @@ class MainWindow(QMainWindow):
         view.preview_requested.connect(lambda: deployment.preview_plan(core.inference.mode))
         view.deploy_requested.connect(lambda: deployment.deploy(core.inference.mode))
         view.cancel_requested.connect(deployment.cancel)
-        deployment.model_changed.connect(view.on_model_changed)
+        for signal, slot in (
+            (deployment.model_changed, view.on_model_changed),
+            (deployment.weights_described, view.on_weights_described),
+            (deployment.state_changed, view.on_state),
+            (deployment.export_progress, view.on_export_progress),
+            (deployment.plan_ready, view.on_plan),
+            (deployment.measuring, view.on_measuring),
+            (deployment.layer_times_ready, view.on_layer_times),
+            (deployment.deploy_progress, view.on_deploy_progress),
+            (deployment.deployed, view.on_deployed),
+        ):
+            signal.connect(slot)
         deployment.model_changed.connect(lambda folder, _: core.settings.update(model_dir=folder))
-        deployment.state_changed.connect(view.on_state)
-        deployment.export_progress.connect(view.on_export_progress)
-        deployment.plan_ready.connect(view.on_plan)
-        deployment.measuring.connect(view.on_measuring)
-        deployment.layer_times_ready.connect(view.on_layer_times)
-        deployment.deploy_progress.connect(view.on_deploy_progress)
-        deployment.deployed.connect(view.on_deployed)
         deployment.failed.connect(self.messages.show_error)
         deployment.cancelled.connect(self.messages.show_info)
         # mode
