@@ -67,8 +67,25 @@ def export_real(weights: str = REAL_WEIGHTS, progress: ProgressCallback | None =
 
     gguf = fetch_smollm2()
     target = paths.shards_cache_dir() / f"demo-smollm2-2stages-{weights}"
-    export_model(ExportRequest(gguf, target, stages=2, weights=weights))
+    manifest = export_model(ExportRequest(gguf, target, stages=2, weights=weights))
+    if manifest.quality is None:
+        _verify_once(target, gguf)
     return target
+
+
+def _verify_once(export: Path, source: Path) -> None:
+    """Measure the demo export against the fp32 model once, so the app shows how good it is
+    (verify's figures land in the manifest). Without transformers, the export stays unverified."""
+    try:
+        from fleetgui.export.verify import record_quality, verify_export
+
+        report = verify_export(export, source)
+    except ImportError as exc:
+        log.info("demo export not verified (%s)", exc)
+        return
+    record_quality(export, report.quality)
+    for line in report.lines():
+        log.info("demo export: %s", line)
 
 
 def prepare_models(
