@@ -73,6 +73,7 @@ def run_in_qt_loop(
             await core.fleet_actions.start()
             return await main(core, window)
         finally:
+            await core.api.stop()
             await core.inference.unload()
             await core.fleet_actions.close()
 

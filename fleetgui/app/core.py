@@ -8,6 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
+from fleetgui.app.api_service import ApiService
 from fleetgui.app.chat_session import ChatSession
 from fleetgui.app.deployer import Deployer, DeviceSource
 from fleetgui.app.deployment import DeploymentController
@@ -32,6 +33,7 @@ class AppCore:
     fleet: FleetModel
     deployment: DeploymentController
     fleet_actions: FleetActions
+    api: ApiService  # the switch serving the deployed model on the OpenAI-compatible API
 
 
 def build_core(
@@ -61,6 +63,7 @@ def build_core(
     deployment.export_weights = values.export_weights
     deployment.export_stages = values.export_stages
     deployment.objective = values.objective
+    api = ApiService(inference, parent=parent)
     return AppCore(
-        settings, inference, session, feed, fleet, deployment, fleet_actions or NoFleet()
+        settings, inference, session, feed, fleet, deployment, fleet_actions or NoFleet(), api
     )

@@ -1,4 +1,5 @@
-"""How the pipeline decodes: PP, PP+SD or PP+SD+MB, K and the number of concurrent streams."""
+"""How the pipeline decodes: PP, PP+MB, PP+SD or PP+SD+MB, K and the number of concurrent
+streams."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ MAX_STREAMS = 16
 
 class Mode(enum.Enum):
     PP = "pp"  # pipeline parallelism
+    PP_MB = "pp+mb"  # plus several streams interleaved across the stages (no draft needed)
     PP_SD = "pp+sd"  # plus speculative decoding with a local draft model
     PP_SD_MB = "pp+sd+mb"  # plus several streams interleaved across the stages
 
@@ -25,7 +27,12 @@ class Mode(enum.Enum):
 
     @property
     def speculative(self) -> bool:
-        return self is not Mode.PP
+        return self in (Mode.PP_SD, Mode.PP_SD_MB)
+
+    @property
+    def interleaved(self) -> bool:
+        """Several conversations generate at once."""
+        return self in (Mode.PP_MB, Mode.PP_SD_MB)
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class ModeSettings:
     k: int | None = None  # draft tokens per round (1-16); None: chosen automatically
     # draft export (one stage) or "ngram" (no draft model); used at the next deployment
     draft_dir: DraftSource | None = None
-    streams: int = 2  # conversations generating at once in PP+SD+MB
+    streams: int = 2  # conversations generating at once in PP+MB and PP+SD+MB
 
     def __post_init__(self) -> None:
         if self.k is not None:
@@ -47,13 +54,13 @@ class ModeSettings:
     @property
     def concurrency(self) -> int:
         """How many conversations may generate at once (the others wait their turn)."""
-        return self.streams if self.mode is Mode.PP_SD_MB else 1
+        return self.streams if self.mode.interleaved else 1
 
     def __str__(self) -> str:
         text = self.mode.label
         if self.mode.speculative:
             text += f", K {self.k if self.k is not None else 'auto'}"
-        if self.mode is Mode.PP_SD_MB:
+        if self.mode.interleaved:
             text += f", {self.streams} streams"
         return text
 

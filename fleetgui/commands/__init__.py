@@ -18,6 +18,7 @@ from fleetgui.commands import (
     keys,
     pair,
     plan,
+    serve,
     verify,
     worker,
 )
@@ -37,6 +38,7 @@ COMMANDS: Sequence[Command] = (
     demo,
     gui,
     generate,
+    serve,
     export,
     verify,
     worker,

@@ -13,16 +13,16 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.draft_source import parse_draft
+from fleetgui.runtime.modes import MODES, interleaves, is_speculative
 
 NAME = "generate"
-HELP = "generate text with a pipeline of stages (PP, PP+SD, PP+SD+MB)"
+HELP = "generate text with a pipeline of stages (PP, PP+MB, PP+SD, PP+SD+MB)"
 DESCRIPTION = (
     "Generate text from one or more prompts through the stages of an export, in-process or on "
     "fleet workers, with pipeline parallelism, speculative decoding and interleaved streams."
 )
 log = logging.getLogger(__name__)
 
-MODES = ("pp", "pp+sd", "pp+sd+mb")
 PRECISIONS = ("f32", "bf16", "f16", "auto")
 
 
@@ -82,7 +82,7 @@ def _options(args: argparse.Namespace) -> Any:
         )
     except ValueError as exc:
         raise FleetguiError(str(exc)) from exc
-    speculative = args.mode in ("pp+sd", "pp+sd+mb")
+    speculative = is_speculative(args.mode)
     if speculative and args.draft is None:
         raise FleetguiError(
             f"--mode {args.mode} needs a draft: add --draft DRAFT_EXPORT_DIR or --draft ngram"
@@ -131,7 +131,7 @@ async def _generate(args: argparse.Namespace) -> int:
         pipeline = session.pipeline(draft_dir=draft)
     else:
         pipeline = load_local_pipeline(args.export_dir, draft_dir=draft, config=local)
-    concurrent = args.mode == "pp+sd+mb"
+    concurrent = interleaves(args.mode)  # pp+mb and pp+sd+mb: the prompts at once
     streams = max(1, args.streams if concurrent else 1)
     if concurrent and args.streams == 1:
         streams = len(args.prompt)

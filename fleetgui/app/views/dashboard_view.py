@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 
 from fleetgui.app.metrics_series import CHARTS, ChartSpec, SeriesStore
 from fleetgui.app.theme import colors
+from fleetgui.app.views.api_panel import ApiPanel
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ class DashboardView(QWidget):
         for widget in (self.pause, png, csv, clear):
             bar.addWidget(widget)
         bar.addWidget(self.info, 1)
+        self.api = ApiPanel()  # the OpenAI-compatible API's switch, URL, key and requests/s
         layout = QVBoxLayout(self)
+        layout.addWidget(self.api)
         layout.addLayout(bar)
         layout.addLayout(grid, 1)
         self.apply_theme()

@@ -114,6 +114,10 @@ class MainWindow(QMainWindow):
         self.dashboard.pause_toggled.connect(core.feed.set_paused)
         self.dashboard.csv_requested.connect(lambda path: core.feed.export_csv(Path(path)))
         self.dashboard.clear_requested.connect(core.feed.clear)
+        # the OpenAI-compatible API beside the chat
+        self.dashboard.api.serve_toggled.connect(self._serve_api)
+        core.api.state_changed.connect(self.dashboard.api.show_state)
+        core.api.rate_changed.connect(self.dashboard.api.show_rate)
         # chat
         session, chat = core.session, self.chat
         chat.new_requested.connect(self._new_conversation)
@@ -192,6 +196,9 @@ class MainWindow(QMainWindow):
         self.pipeline_state.setText(f"Model: {state}")
         if state == "no model":
             self.deploy_view.on_unloaded()
+
+    def _serve_api(self, on: bool) -> None:
+        spawn(self.core.api.start() if on else self.core.api.stop(), "switch the API")
 
     def _new_conversation(self) -> None:
         self.current_conversation = self.core.session.new_conversation()

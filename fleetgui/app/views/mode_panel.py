@@ -1,4 +1,4 @@
-"""Mode: PP, PP+SD or PP+SD+MB; K (1-16 or auto); the draft model; concurrent streams."""
+"""Mode: PP, PP+MB, PP+SD or PP+SD+MB; K (1-16 or auto); the draft model; concurrent streams."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DESCRIPTIONS = {
     Mode.PP: "pipeline parallelism: the stages take turns on each token",
+    Mode.PP_MB: "plus several conversations interleaved across the stages, no draft needed",
     Mode.PP_SD: "plus speculative decoding: a draft model proposes K tokens, one pass checks them",
     Mode.PP_SD_MB: "plus several conversations interleaved across the stages",
 }
@@ -110,7 +111,7 @@ class ModePanel(QGroupBox):
         self.k_auto.setEnabled(speculative)
         self.draft.setEnabled(mode.draft_dir != NGRAM)
         self.choose_draft.setEnabled(mode.draft_dir != NGRAM)
-        self.streams.setEnabled(mode.mode is Mode.PP_SD_MB)
+        self.streams.setEnabled(mode.mode.interleaved)
         self.description.setText(DESCRIPTIONS[mode.mode])
 
     def _changed(self) -> None:

@@ -1,0 +1,278 @@
+"""Request bodies of ``/v1/chat/completions`` and ``/v1/completions``, checked field by field.
+
+Each mistake is one :class:`~fleetgui.api.errors.ApiError` naming the field (``param``), as
+OpenAI's API does. Fields that only tune what this server cannot do (penalties, logprobs off,
+``user``) are accepted and ignored, so that editors and web UIs that send them keep working;
+fields whose answer would be wrong without them (``n`` > 1, tools, images) are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleetgui.api.errors import ApiError, bad_request
+from fleetgui.runtime.head import SamplingParams
+
+log = logging.getLogger(__name__)
+
+MAX_STOP_STRINGS = 4  # as OpenAI
+#: OpenAI's default temperature and nucleus: a request that sets neither samples.
+DEFAULT_TEMPERATURE = 1.0
+#: /v1/completions' default length in OpenAI's API (chat's default is the context's room).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+IGNORED = (
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "parallel_tool_calls",
+)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A checked request: a chat (``messages``) or a plain completion (``prompt``)."""
+
+    model: str
+    messages: tuple[dict[str, str], ...] | None
+    prompt: str | None
+    max_tokens: int | None  # None: as long as the context allows
+    sampling: SamplingParams
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad_request(
+            f"the request body is not valid JSON ({exc}): send a JSON object",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise bad_request(
+            f"the request body must be a JSON object, not {type(body).__name__}",
+            code="invalid_json",
+        )
+    return body
+
+
+def check_model(body: Mapping[str, Any], served: str) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request(f"'model' is required: this server serves {served!r}", param="model")
+    if model != served:
+        raise ApiError(
+            f"the model {model!r} does not exist here: this server serves {served!r} "
+            "(GET /v1/models lists it)",
+            status=400,
+            param="model",
+            code="model_not_found",
+        )
+    return model
+
+
+def parse_chat(body: Mapping[str, Any], served: str) -> GenerationRequest:
+    """A ``/v1/chat/completions`` body."""
+    model = check_model(body, served)
+    _refuse_unsupported(body, chat=True)
+    messages = _messages(body.get("messages"))
+    max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"))
+    return _request(body, model, max_tokens, messages=messages, prompt=None)
+
+
+def parse_completion(body: Mapping[str, Any], served: str) -> GenerationRequest:
+    """A ``/v1/completions`` body (``prompt``: a string, or a list of exactly one)."""
+    model = check_model(body, served)
+    _refuse_unsupported(body, chat=False)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise bad_request(
+            "'prompt' must be a string (or a list of one string); token-id prompts and "
+            "several prompts in one request are not supported",
+            param="prompt",
+        )
+    if not prompt.strip():
+        raise bad_request("'prompt' is empty: give some text to continue", param="prompt")
+    max_tokens = _max_tokens(body, ("max_tokens",)) or COMPLETIONS_DEFAULT_MAX_TOKENS
+    return _request(body, model, max_tokens, messages=None, prompt=prompt)
+
+
+# -- fields ----------------------------------------------------------------------------------
+
+
+def _request(
+    body: Mapping[str, Any],
+    model: str,
+    max_tokens: int | None,
+    *,
+    messages: tuple[dict[str, str], ...] | None,
+    prompt: str | None,
+) -> GenerationRequest:
+    stream = _bool(body, "stream", False)
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise bad_request(
+                "'stream_options' is only allowed with 'stream': true", param="stream_options"
+            )
+        if not isinstance(options, dict):
+            raise bad_request("'stream_options' must be an object", param="stream_options")
+        include_usage = _bool(options, "include_usage", False, "stream_options.include_usage")
+    for name in IGNORED:
+        if body.get(name) not in (None, 0, False, {}, []):
+            log.debug("ignoring the request's %s", name)
+    return GenerationRequest(
+        model=model,
+        messages=messages,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        sampling=_sampling(body),
+        stop=_stop(body.get("stop")),
+        stream=stream,
+        include_usage=include_usage,
+    )
+
+
+def _refuse_unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
+    n = body.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise bad_request(f"'n' must be 1 (one choice per request), got {n!r}", param="n")
+    if chat and body.get("tools"):
+        raise bad_request("tools (function calling) are not supported", param="tools")
+    if body.get("logprobs") not in (None, False, 0):
+        raise bad_request("'logprobs' is not supported", param="logprobs")
+    if not chat:
+        if body.get("echo"):
+            raise bad_request("'echo' is not supported", param="echo")
+        if body.get("suffix"):
+            raise bad_request("'suffix' (insertion) is not supported", param="suffix")
+        if body.get("best_of", 1) not in (1, None):
+            raise bad_request("'best_of' must be 1", param="best_of")
+
+
+def _messages(value: Any) -> tuple[dict[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise bad_request("'messages' must be a non-empty array of messages", param="messages")
+    out = []
+    for index, message in enumerate(value):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"{param} must be an object with 'role' and 'content'", param=param)
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_request(
+                f"{param}.role is {role!r}: use one of {', '.join(ROLES)}", param=f"{param}.role"
+            )
+        out.append({"role": ROLES[role], "content": _content(message.get("content"), param)})
+    return tuple(out)
+
+
+def _content(value: Any, param: str) -> str:
+    """A message's text: a string, or an array of text parts (joined)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise bad_request(
+                    f"{param}.content has a {kind!r} part: only text parts are supported",
+                    param=f"{param}.content",
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise bad_request(
+                    f"{param}.content has a text part without a 'text' string",
+                    param=f"{param}.content",
+                )
+            texts.append(text)
+        return "".join(texts)
+    raise bad_request(
+        f"{param}.content must be a string or an array of text parts", param=f"{param}.content"
+    )
+
+
+def _max_tokens(body: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` the body sets (``max_completion_tokens`` replaced
+    ``max_tokens`` in OpenAI's chat API), at least 1."""
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad_request(f"'{name}' must be an integer, got {value!r}", param=name)
+        if value < 1:
+            raise bad_request(
+                f"'{name}' must be at least 1, got {value}", param=name, code="invalid_value"
+            )
+        return value
+    return None
+
+
+def _number(body: Mapping[str, Any], name: str, default: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad_request(f"'{name}' must be a number, got {value!r}", param=name)
+    return float(value)
+
+
+def _bool(body: Mapping[str, Any], name: str, default: bool, param: str | None = None) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad_request(f"'{param or name}' must be true or false", param=param or name)
+    return value
+
+
+def _sampling(body: Mapping[str, Any]) -> SamplingParams:
+    temperature = _number(body, "temperature", DEFAULT_TEMPERATURE)
+    top_p = _number(body, "top_p", 1.0)
+    top_k = body.get("top_k", 0)  # not OpenAI's, but llama.cpp's and vLLM's servers take it
+    seed = body.get("seed")
+    for name, value in (("top_k", top_k), ("seed", seed)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad_request(f"'{name}' must be an integer, got {value!r}", param=name)
+    try:
+        return SamplingParams(temperature=temperature, top_k=top_k or 0, top_p=top_p, seed=seed)
+    except ValueError as exc:
+        param = str(exc).split(" ", 1)[0]
+        raise bad_request(str(exc), param=param if param in body else None) from None
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise bad_request(
+            "'stop' must be a non-empty string or an array of non-empty strings", param="stop"
+        )
+    if len(stops) > MAX_STOP_STRINGS:
+        raise bad_request(
+            f"'stop' has {len(stops)} strings: at most {MAX_STOP_STRINGS}", param="stop"
+        )
+    return tuple(stops)

@@ -1,0 +1,98 @@
+"""The JSON objects the API answers with, shaped as OpenAI's (``chat.completion``,
+``chat.completion.chunk``, ``text_completion``, ``model``)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetgui.runtime.pipeline import GenerationResult
+
+#: The pipeline's finish reasons as OpenAI names them: an end-of-turn token or a stop string
+#: is "stop", the token limit or a full context is "length".
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length"}
+OWNER = "fleetgui"
+
+
+def finish_reason(result: GenerationResult) -> str:
+    return FINISH_REASONS.get(result.finish_reason, "stop")
+
+
+def usage(result: GenerationResult) -> dict[str, int]:
+    completion = len(result.token_ids)
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": result.prompt_tokens + completion,
+    }
+
+
+def model_object(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
+
+
+@dataclass
+class Answer:
+    """One request's answer: its id, creation time and model, shared by all its chunks."""
+
+    model: str
+    chat: bool
+    include_usage: bool = False  # then every chunk but the usage one says "usage": null
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = ("chatcmpl-" if self.chat else "cmpl-") + secrets.token_hex(12)
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    # -- whole answers ------------------------------------------------------------------------
+
+    def complete(self, result: GenerationResult) -> dict[str, Any]:
+        """The non-streamed answer."""
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text},
+                "logprobs": None,
+                "finish_reason": finish_reason(result),
+            }
+            head = self._head("chat.completion")
+        else:
+            choice = {
+                "index": 0,
+                "text": result.text,
+                "logprobs": None,
+                "finish_reason": finish_reason(result),
+            }
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": usage(result), "system_fingerprint": None}
+
+    # -- chunks -------------------------------------------------------------------------------
+
+    def chunk(self, text: str, *, first: bool = False, finish: str | None = None) -> dict[str, Any]:
+        """A streamed piece of text (a chat's first chunk also carries the role)."""
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
+            if not first and (text or finish is None):
+                delta["content"] = text
+            choice: dict[str, Any] = {"index": 0, "delta": delta}
+            head = self._head("chat.completion.chunk")
+        else:
+            choice = {"index": 0, "text": text}
+            head = self._head("text_completion")
+        choice["logprobs"] = None
+        choice["finish_reason"] = finish
+        out = {**head, "choices": [choice], "system_fingerprint": None}
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
+    def usage_chunk(self, result: GenerationResult) -> dict[str, Any]:
+        """``stream_options.include_usage``'s last chunk: no choices, the usage."""
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": usage(result)}

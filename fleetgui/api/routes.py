@@ -1,0 +1,204 @@
+"""The API's endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``,
+``POST /v1/completions`` and ``GET /health``.
+
+A request is checked and its prompt counted before it takes a stream slot, so that a bad one
+is answered at once and never waits behind others. A streamed answer's generator is closed as
+soon as its client has gone (a write fails, or aiohttp cancels the handler): the pipeline then
+frees the stream on every stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from fleetgui.api.admission import Admission
+from fleetgui.api.errors import SERVER_ERROR, ApiError, bad_request
+from fleetgui.api.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
+from fleetgui.api.responses import Answer, finish_reason, model_object
+from fleetgui.api.served import ServedModel
+from fleetgui.api.sse import ClientGoneError, EventStream
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.pipeline import (
+    GenerationError,
+    GenerationOptions,
+    GenerationResult,
+    TokenDelta,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RequestNote:
+    """What the server's log line says of a request beside its status: tokens generated, and
+    how a streamed answer ended when not normally."""
+
+    tokens: int = 0
+    outcome: str | None = None
+
+
+#: the current request's note (the server's middleware sets a fresh one for each request: it
+#: runs the handler in the same task, so the handler sees it)
+NOTE: contextvars.ContextVar[RequestNote] = contextvars.ContextVar("fleetgui_api_note")
+
+
+class ApiRoutes:
+    def __init__(self, served: ServedModel, admission: Admission) -> None:
+        self.served = served
+        self.admission = admission
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model}", self.model)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/health", self.health)
+
+    # -- models -------------------------------------------------------------------------------
+
+    async def models(self, request: web.Request) -> web.Response:
+        served = self.served
+        return web.json_response(
+            {"object": "list", "data": [model_object(served.name, served.created)]}
+        )
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name != self.served.name:
+            raise ApiError(
+                f"the model {name!r} does not exist here: this server serves {self.served.name!r}",
+                status=404,
+                param="model",
+                code="model_not_found",
+            )
+        return web.json_response(model_object(self.served.name, self.served.created))
+
+    async def health(self, request: web.Request) -> web.Response:
+        """Not OpenAI's: the server's load and the streams each stage holds."""
+        stages: dict[str, int] = {}
+        if self.served.stage_streams is not None:
+            try:
+                stages = await self.served.stage_streams()
+            except FleetguiError as exc:
+                raise ApiError(
+                    f"a stage did not answer: {exc}", status=503, kind=SERVER_ERROR
+                ) from exc
+        admission = self.admission
+        return web.json_response(
+            {
+                "status": "ok",
+                "model": self.served.name,
+                "streams": {
+                    "active": admission.active,
+                    "waiting": admission.waiting,
+                    "max": admission.max_streams,
+                    "max_waiting": admission.max_queued,
+                },
+                "stages": stages,
+            }
+        )
+
+    # -- generation ---------------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, parse_chat)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, parse_completion)
+
+    async def _generate(
+        self, request: web.Request, parse: Callable[[dict[str, Any], str], GenerationRequest]
+    ) -> web.StreamResponse:
+        gen = parse(parse_json(await request.read()), self.served.name)
+        # rendering and encoding run off the loop: a long chat takes milliseconds
+        prompt, stops, n_prompt = await asyncio.to_thread(self._prompt, gen)
+        log.debug("%s prompt: %r", request.path, prompt)
+        limit = self.served.pipeline.context_limit
+        if n_prompt >= limit:
+            raise bad_request(
+                f"this model's context holds {limit} tokens, but the "
+                f"{'messages come' if gen.is_chat else 'prompt comes'} to {n_prompt}: "
+                f"shorten it to fewer than {limit} tokens",
+                param="messages" if gen.is_chat else "prompt",
+                code="context_length_exceeded",
+            )
+        options = GenerationOptions(
+            max_new_tokens=gen.max_tokens or limit - n_prompt,
+            sampling=gen.sampling,
+            stop_strings=stops,
+            speculative=self.served.speculative,
+            k=self.served.k,
+        )
+        answer = Answer(self.served.name, gen.is_chat, include_usage=gen.include_usage)
+        async with self.admission.slot():
+            if gen.stream:
+                return await self._stream(request, prompt, options, answer)
+            try:
+                result = await self.served.pipeline.complete(prompt, options)
+            except GenerationError as exc:
+                raise bad_request(str(exc)) from exc
+        NOTE.get().tokens = len(result.token_ids)
+        return web.json_response(answer.complete(result))
+
+    def _prompt(self, gen: GenerationRequest) -> tuple[str, tuple[str, ...], int]:
+        """The prompt text (a chat rendered as ``generate --chat`` renders it), the stop
+        strings (the request's, then those the chat format needs) and the prompt's tokens."""
+        text, stops = gen.prompt or "", gen.stop
+        if gen.messages is not None:
+            prompter = self.served.prompter
+            try:
+                text = prompter.text(gen.messages)
+            except FleetguiError as exc:  # the template refused the conversation
+                raise bad_request(str(exc), param="messages") from exc
+            stops = tuple(dict.fromkeys((*gen.stop, *prompter.stop_strings)))
+        return text, stops, len(self.served.pipeline.tokenizer.encode(text))
+
+    async def _stream(
+        self, request: web.Request, prompt: str, options: GenerationOptions, answer: Answer
+    ) -> web.StreamResponse:
+        events = EventStream(request)
+        result: GenerationResult | None = None
+        tokens = 0
+        note = NOTE.get()
+        items = self.served.pipeline.stream(prompt, options)
+        try:
+            async with contextlib.aclosing(items):
+                await events.open()
+                if answer.chat:
+                    await events.send(answer.chunk("", first=True))
+                try:
+                    async for item in items:
+                        if isinstance(item, TokenDelta):
+                            tokens += len(item.token_ids)
+                            note.tokens = tokens
+                            if item.text:
+                                await events.send(answer.chunk(item.text))
+                        else:
+                            result = item
+                except Exception as exc:  # after the headers: the error as an event
+                    if isinstance(exc, FleetguiError):  # e.g. a worker lost for good
+                        log.warning("%s failed mid-stream: %s", request.path, exc)
+                    else:
+                        log.exception("%s failed mid-stream", request.path)
+                    error = ApiError(f"generation failed: {exc}", status=500, kind=SERVER_ERROR)
+                    await events.send(error.body())
+                    await events.done()
+                    note.outcome = "failed mid-stream"
+                    return events.response
+            assert result is not None
+            note.tokens = len(result.token_ids)
+            await events.send(answer.chunk("", finish=finish_reason(result)))
+            if answer.include_usage:
+                await events.send(answer.usage_chunk(result))
+            await events.done()
+        except ClientGoneError:
+            note.outcome = "client left"
+        return events.response

@@ -1,0 +1,64 @@
+"""What the API serves: one pipeline under one model name, how it decodes, and how to count the
+streams its stages hold (the ``/health`` answer, and what tests watch after a client leaves)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fleetgui.runtime.chat_prompt import ChatPrompter
+from fleetgui.runtime.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.runtime.route import LocalRoute
+
+#: Streams each part of the pipeline holds right now, by name ("coordinator", a worker's name).
+StageStreams = Callable[[], Awaitable[dict[str, int]]]
+
+
+@dataclass
+class ServedModel:
+    pipeline: Pipeline
+    name: str
+    speculative: bool = False  # PP+SD: every request decodes speculatively
+    k: int | None = None  # draft tokens per round; None: auto
+    stage_streams: StageStreams | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+    prompter: ChatPrompter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prompter = ChatPrompter.for_tokenizer(self.pipeline.tokenizer)
+
+
+def local_stage_streams(route: LocalRoute) -> StageStreams:
+    """Stream counts of an in-process pipeline's stages."""
+
+    async def count() -> dict[str, int]:
+        return {f"stage {i}": len(s.stream_ids()) for i, s in enumerate(route.stages)}
+
+    return count
+
+
+def fleet_stage_streams(session: FleetSession, timeout_s: float = 2.0) -> StageStreams:
+    """Stream counts of the coordinator's stages and of each deployed worker, the latter asked
+    afresh (a heartbeat) rather than taken from the last periodic one."""
+    from fleetgui.fleet.protocol import Message, Op
+    from fleetgui.runtime.stage import BlockingStage
+
+    async def count() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        ring = session.ring
+        if ring is not None:
+            local = [s for s in ring.local if isinstance(s, BlockingStage)]
+            counts["coordinator"] = sum(len(s.stream_ids()) for s in local)
+            for link in ring.members:
+                if link.lost:
+                    continue
+                reply = await link.call(Message(Op.HEARTBEAT), timeout_s=timeout_s)
+                counts[link.name] = int(reply.meta.get("streams", 0))
+        return counts
+
+    return count

@@ -1,0 +1,178 @@
+"""``fleetgui serve``: an export's pipeline (in this process or on fleet workers) as an
+OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.draft_source import parse_draft
+from fleetgui.runtime.modes import MODES, interleaves, is_speculative
+
+NAME = "serve"
+HELP = "serve an export on an OpenAI-compatible HTTP API (/v1/chat/completions, ...)"
+DESCRIPTION = (
+    "Serve an export's pipeline, in this process or on fleet workers, on an OpenAI-compatible "
+    "API: GET /v1/models, POST /v1/chat/completions and POST /v1/completions, streamed or not. "
+    "Concurrent requests run as concurrent streams of the pipeline, up to --max-streams; more "
+    "wait in a bounded queue, and beyond it get 429."
+)
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("f32", "bf16", "f16", "auto")
+MB_DEFAULT_STREAMS = 4  # --max-streams in the +mb modes; the others default to one at a time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
+
+    parser.add_argument("export_dir", metavar="EXPORT_DIR", type=Path, help="export folder")
+    parser.add_argument("--workers", metavar="HOST:PORT,...", help="run stages 1.. on workers")
+    parser.add_argument("--identity", type=Path, metavar="DIR", help="coordinator key pair")
+    parser.add_argument(
+        "--draft",
+        type=parse_draft,
+        metavar="DIR|ngram",
+        help="draft model export, or ngram: draft from the text itself (no draft model)",
+    )
+    parser.add_argument("--mode", choices=MODES, default="pp")
+    parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind ({DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"({DEFAULT_PORT}; 0: any)")
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY|keyring",
+        help="key clients must send (Authorization: Bearer KEY); 'keyring': the one in the OS "
+        "keyring, made the first time; default: the FLEETGUI_API_KEY variable, else none "
+        "(allowed on 127.0.0.1 only)",
+    )
+    parser.add_argument(
+        "--max-streams",
+        type=int,
+        metavar="N",
+        help=f"requests generating at once (default {MB_DEFAULT_STREAMS} in pp+mb and "
+        "pp+sd+mb, else 1); up to 4N more wait",
+    )
+    parser.add_argument("--model-name", metavar="NAME", help="the model's id (EXPORT_DIR's name)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument(
+        "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
+    )
+
+
+def _k(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        k = int(text)
+    except ValueError:
+        raise FleetguiError(f"--k must be a number from 1 to 16 or 'auto', not {text!r}") from None
+    from fleetgui.runtime.speculative import check_k
+
+    try:
+        check_k(k)
+    except ValueError as exc:
+        raise FleetguiError(f"--k: {exc}") from exc
+    return k
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from fleetgui.api.keys import resolve_api_key
+    from fleetgui.api.served import ServedModel, fleet_stage_streams, local_stage_streams
+    from fleetgui.api.server import ApiServer, ServerConfig
+    from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+    from fleetgui.runtime.ov_stage import StageConfig
+    from fleetgui.runtime.route import LocalRoute
+
+    speculative = is_speculative(args.mode)
+    if speculative and args.draft is None:
+        raise FleetguiError(
+            f"--mode {args.mode} needs a draft: add --draft DRAFT_EXPORT_DIR or --draft ngram"
+        )
+    k = _k(args.k)
+    max_streams = args.max_streams
+    if max_streams is None:
+        max_streams = MB_DEFAULT_STREAMS if interleaves(args.mode) else 1
+    api_key, created = resolve_api_key(args.api_key)
+    config = ServerConfig(args.host, args.port, api_key, max_streams)
+    config.check()  # before anything is loaded: a refused start costs nothing
+    stage = StageConfig(threads=args.threads, precision=args.precision)
+    local = LocalPipelineConfig(stage=stage, draft_stage=stage)
+    draft = args.draft if speculative else None
+    session = None
+    if args.workers:
+        session = await _open_fleet(args, local)
+        pipeline = session.pipeline(draft_dir=draft)
+        counts = fleet_stage_streams(session)
+    else:
+        pipeline = await asyncio.to_thread(
+            load_local_pipeline, args.export_dir, draft_dir=draft, config=local
+        )
+        assert isinstance(pipeline.route, LocalRoute)
+        counts = local_stage_streams(pipeline.route)
+    name = args.model_name or Path(args.export_dir).resolve().name
+    server: ApiServer | None = None
+    try:
+        served = ServedModel(pipeline, name, speculative=speculative, k=k, stage_streams=counts)
+        if served.prompter.is_fallback:
+            log.warning(
+                "%s has no chat template: chats are sent as a plain 'User: ... Assistant:' "
+                "transcript",
+                args.export_dir,
+            )
+        server = ApiServer(served, config)
+        url = await server.start()
+        print(f"fleetgui serve: {name} at {url} ({args.mode}, {max_streams} streams)", flush=True)
+        if created:
+            print(f"API key (stored in the OS keyring): {api_key}", flush=True)
+        await _until_stopped()
+    finally:
+        if server is not None:
+            await server.stop()
+        await pipeline.close()
+        if session is not None:
+            await session.close()
+    return 0
+
+
+async def _until_stopped() -> None:
+    """Wait for SIGINT or SIGTERM (Ctrl+C on Windows ends ``asyncio.run`` itself)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows: no handlers
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping the API server")
+
+
+async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
+    from fleetgui.fleet.coordinator import CoordinatorConfig
+    from fleetgui.fleet.keys import coordinator_identity, load_identity
+    from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
+
+    addresses = parse_worker_list(args.workers)
+    identity = load_identity(args.identity) if args.identity else coordinator_identity()
+    config = CoordinatorConfig(
+        local=local, worker_threads=args.threads, worker_precision=args.precision
+    )
+    return await open_fleet(args.export_dir, addresses, identity, config)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise FleetguiError("fleetgui serve needs aiohttp: pip install 'fleetgui[app]'") from None
+    if sys.platform == "win32":  # no signal handlers on the Proactor loop: Ctrl+C ends it
+        with contextlib.suppress(KeyboardInterrupt):
+            return asyncio.run(_serve(args))
+        return 0
+    return asyncio.run(_serve(args))
