@@ -109,7 +109,9 @@ class MainWindow(QMainWindow):
         core.inference.state_changed.connect(self._show_pipeline_state)
         # metrics
         core.inference.metric.connect(core.feed.record)
-        core.feed.updated.connect(lambda: self.dashboard.show_series(core.feed.store))
+        # A method of this window, not a lambda: Qt drops the connection when the window is
+        # destroyed, so a feed that outlives it never draws into deleted charts.
+        core.feed.updated.connect(self._show_series)
         core.feed.paused_changed.connect(self.dashboard.set_paused)
         self.dashboard.pause_toggled.connect(core.feed.set_paused)
         self.dashboard.csv_requested.connect(lambda path: core.feed.export_csv(Path(path)))
@@ -168,6 +170,9 @@ class MainWindow(QMainWindow):
             await action
         except Exception as exc:
             self.messages.show_error(user_message(exc))
+
+    def _show_series(self) -> None:
+        self.dashboard.show_series(self.core.feed.store)
 
     def _choose_model(self, folder: str) -> None:
         if folder.strip():
