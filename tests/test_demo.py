@@ -40,14 +40,20 @@ def _real_demo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_demo_answers_a_question_with_the_real_chat_model(tmp_path: Path) -> None:
+def test_the_demo_answers_a_question_with_the_real_chat_model(
+    smollm2_gguf: Path, smollm2_demo_export: Path, tmp_path: Path
+) -> None:
     """No --size: SmolLM2-135M-Instruct, fetched from PyPI, exported and deployed on 2 workers;
-    the prompt is a chat message rendered with its template; PP+SD reports its acceptance."""
+    the prompt is a chat message rendered with its template; PP+SD reports its acceptance.
+    The fetch and the export are the session's (made as the demo makes them, in the shard
+    cache), copied into this home, where the demo must find and reuse them."""
     home = tmp_path / "home"
+    cache = home / "shards_cache"
+    shutil.copytree(smollm2_gguf.parent, cache / smollm2_gguf.parent.name)
+    shutil.copytree(smollm2_demo_export, cache / smollm2_demo_export.name)
     run = _real_demo(home, "--prompt", "What is the capital of France?", "--json")
-    if run.returncode != 0 and "cannot download the demo model" in run.stderr:
-        pytest.skip(run.stderr.strip().splitlines()[-1])
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "is up to date" in run.stderr, run.stderr[-3000:]  # reused, not exported again
     record = json.loads(run.stdout.strip().splitlines()[-1])
     assert record["model"] == "SmolLM2-135M-Instruct"
     assert "Paris" in record["text"]

@@ -59,31 +59,15 @@ def fleet_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def set_keyring() -> Iterator[Callable[[str], Any]]:
-    """``set_keyring("fake")`` installs an in-memory FakeKeyring (a fake: CI has no OS keyring)
-    and returns it; ``set_keyring("none")`` installs keyring's "no keyring" backend. The
+    """``set_keyring("fake")`` installs an ``InMemoryKeyring`` (a fake: CI has no OS
+    keyring) and returns it; ``set_keyring("none")`` installs keyring's "no keyring" backend. The
     previous backend is restored afterwards. keyring is an app dependency: skip without it."""
     keyring = pytest.importorskip("keyring")
-    from keyring.backend import KeyringBackend
     from keyring.backends import fail
-
-    class FakeKeyring(KeyringBackend):
-        priority = 1
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.store: dict[tuple[str, str], str] = {}
-
-        def get_password(self, service: str, username: str) -> str | None:
-            return self.store.get((service, username))
-
-        def set_password(self, service: str, username: str, password: str) -> None:
-            self.store[(service, username)] = password
-
-        def delete_password(self, service: str, username: str) -> None:
-            self.store.pop((service, username), None)
+    from keyring_support import InMemoryKeyring
 
     def install(kind: str) -> Any:
-        backend = FakeKeyring() if kind == "fake" else fail.Keyring()
+        backend = InMemoryKeyring() if kind == "fake" else fail.Keyring()
         keyring.set_keyring(backend)
         return backend
 

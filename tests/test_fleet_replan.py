@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,10 @@ from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 GB = 1_000_000_000
 FAST = ReplanConfig(warmup_passes=0, baseline_passes=4, window=6, cooldown_s=0.0)
 LIVE = ReplanConfig(warmup_passes=2, baseline_passes=4, window=6, cooldown_s=0.0)
+# Only a drift beyond what a busy machine causes before the throttle's: with other jobs on its
+# 2 cores, worker a read 1.27x slower while b was stopped, crossed the default 20 % first and
+# took b's stage. The throttled b reads ~4x slower, so a 100 % threshold sees b's drift first.
+LIVE_THROTTLED = replace(LIVE, drift_threshold=1.0)
 STAGES = ((0, 2), (2, 4), (4, 6))  # three 2-layer stages of a 6-layer model
 N_NEW = 40
 PROMPT = "def add(a, b):\n    return"
@@ -198,7 +203,8 @@ def test_fleet_moves_a_stage_off_a_worker_that_slows_down(
             profile = load_model_profile(staged)
             devices = (device("pc", 3.0), device("a", 1.0), device("b", 1.0))
             session.replan_with(
-                PlanContext(devices, profile, STAGES, PlanConfig(headroom_bytes=0)), LIVE
+                PlanContext(devices, profile, STAGES, PlanConfig(headroom_bytes=0)),
+                LIVE_THROTTLED,
             )
             assert b.process is not None
             # stopped 0.9 ms of every 1.2 (a quota's 25 %): b computes a short pass as soon as
@@ -216,14 +222,16 @@ def test_fleet_moves_a_stage_off_a_worker_that_slows_down(
                 throttle.__exit__()
             try:
                 assert result.token_ids == reference
-                assert session.rebalances == 1, session.replanner.events
-                assert session.assignment == Assignment((0,), (Member("a", (1, 2)),), ("b",))
-                # Other devices drift too while b is stopped (a and pc get more CPU; seen:
-                # "a: 1.00 -> 1.27", "pc: 3.00 -> 2.36", layouts kept): which drift the monitor
-                # reads first decides the event's wording, not the outcome checked above.
                 events = session.replanner.events
-                assert sum("re-planned" in e for e in events) == 1, events
-                assert any(e.startswith(("b: ", "a: ")) for e in events), events
+                assert session.rebalances >= 1, events
+                replans = [e for e in events if "re-planned" in e]
+                assert replans[0].startswith("b changed speed"), events
+                # On a quiet machine that one re-plan gives b's stage to a and nothing follows;
+                # beside 4 CPU hogs a then read 4.3x slower with both stages and a second
+                # re-plan took them to the coordinator. Either way b runs nothing.
+                if session.rebalances == 1:
+                    assert session.assignment == Assignment((0,), (Member("a", (1, 2)),), ("b",))
+                assert "b" in session.assignment.spares, session.assignment
                 host, port = b.address.rsplit(":", 1)
                 assert not (await probe(host, int(port))).busy  # b's stage was unloaded
                 await _assert_new_chat_is_exact(session, reference)

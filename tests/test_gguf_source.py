@@ -6,14 +6,12 @@ an HF cache laid out at test time, offline."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 from gguf_support import CHATML, write_llama_gguf
 
 from fleetgui.export.gguf_source import GGUFCheckpoint, GGUFSourceError, prepare_gguf
@@ -50,17 +48,6 @@ def view(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prepare_gguf(tiny_gguf, tmp_path_factory.mktemp("views"))
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fleetgui", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 def test_the_rebuilt_tokenizer_gives_the_source_tokenizers_ids(
     view: Path, tiny_models: Callable[..., Path]
 ) -> None:
@@ -83,7 +70,9 @@ def test_a_gguf_export_is_exact_against_transformers_loading_the_same_file(
     """fp32 stages from the GGUF's dequantized tensors reproduce transformers' own GGUF loading
     (logits and greedy tokens, verify's check); the export carries the file's template."""
     out = tmp_path / "export"
-    done = _cli("export", str(tiny_gguf), "--out", str(out), "--stages", "2", "--weights", "fp32")
+    done = run_cli(
+        None, "export", str(tiny_gguf), "--out", str(out), "--stages", "2", "--weights", "fp32"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "PASS" in done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
@@ -116,7 +105,7 @@ def test_plan_takes_a_gguf_file(tiny_gguf: Path, tmp_path: Path) -> None:
               "rtt_ms": 1.0, "bandwidth_bytes_per_s": 1e8}  # fmt: skip
     devices = tmp_path / "devices.json"
     devices.write_text(json.dumps([{"name": "a", **device}, {"name": "b", **device}]))
-    done = _cli("plan", str(tiny_gguf), "--devices", str(devices), "--json")
+    done = run_cli(None, "plan", str(tiny_gguf), "--devices", str(devices), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     plan = json.loads(done.stdout)
     assert plan["devices"][-1]["end_layer"] == 4
@@ -126,7 +115,7 @@ def test_an_unsupported_architecture_is_one_clear_line(
     tiny_models: Callable[..., Path], tmp_path: Path
 ) -> None:
     bad = write_llama_gguf(tiny_models("llama"), tmp_path / "m.gguf", architecture="bloom")
-    done = _cli("export", str(bad), "--out", str(tmp_path / "out"))
+    done = run_cli(None, "export", str(bad), "--out", str(tmp_path / "out"))
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "'bloom'" in lines[0] and "llama" in lines[0], done.stderr
@@ -174,8 +163,16 @@ def test_a_hub_id_resolves_from_the_local_cache_offline(
     snapshot = _hf_cache(cache, "acme/tiny-llama", tiny_models("llama"))
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(cache)}
     out = tmp_path / "export"
-    done = _cli(
-        "export", "acme/tiny-llama", "--out", str(out), "--weights", "fp32", "--no-verify", env=env
+    done = run_cli(
+        None,
+        "export",
+        "acme/tiny-llama",
+        "--out",
+        str(out),
+        "--weights",
+        "fp32",
+        "--no-verify",
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((out / "manifest.json").read_text())
@@ -184,7 +181,7 @@ def test_a_hub_id_resolves_from_the_local_cache_offline(
         == json.loads((snapshot / "config.json").read_text())["num_hidden_layers"]
     )
 
-    missing = _cli("export", "acme/not-there", "--out", str(tmp_path / "x"), env=env)
+    missing = run_cli(None, "export", "acme/not-there", "--out", str(tmp_path / "x"), env=env)
     assert missing.returncode == 1
     line = missing.stderr.strip().splitlines()[-1]
     assert "acme/not-there is not in the HuggingFace cache" in line
@@ -233,6 +230,8 @@ def test_a_sentencepiece_gguf_tokenizer_is_rebuilt_and_exported(
     assert all(rebuilt.convert_ids_to_tokens(i).startswith("<0x") for i in unseen[1:])
     assert rebuilt.decode(unseen) == " é€".lstrip()
     out = tmp_path / "export"
-    done = _cli("export", str(path), "--out", str(out), "--stages", "2", "--weights", "fp32")
+    done = run_cli(
+        None, "export", str(path), "--out", str(out), "--stages", "2", "--weights", "fp32"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "PASS" in done.stderr

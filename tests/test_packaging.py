@@ -366,9 +366,12 @@ def test_frozen_worker_help_is_fleetgui_worker_help(worker_bundle: Bundle, tmp_p
 
 
 # --- the app bundle -------------------------------------------------------------------------------
+# Building it takes 5 minutes here (1.3 GB: Qt, OpenVINO, torch): CI leaves these out to stay
+# under 20 minutes; run them with `pytest -m app_bundle` when packaging changes.
 
 
 @pytest.mark.slow
+@pytest.mark.app_bundle
 def test_app_bundle_holds_qt_plugins_resources_and_openvino(app_bundle: Bundle) -> None:
     internal = app_bundle.folder / "_internal"
     platforms = {p.name for p in internal.rglob("plugins/platforms/*")}
@@ -384,6 +387,7 @@ def test_app_bundle_holds_qt_plugins_resources_and_openvino(app_bundle: Bundle) 
 
 
 @pytest.mark.slow
+@pytest.mark.app_bundle
 def test_frozen_app_renders_every_view_offscreen(
     app_bundle: Bundle, tiny_export: Path, tmp_path: Path
 ) -> None:
@@ -401,6 +405,7 @@ def test_frozen_app_renders_every_view_offscreen(
 
 
 @pytest.mark.slow
+@pytest.mark.app_bundle
 def test_frozen_app_exports_and_generates_like_the_source(
     app_bundle: Bundle,
     tiny_models: Callable[..., Path],

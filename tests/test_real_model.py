@@ -8,16 +8,13 @@ answer."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import run_cli
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
-
-from fleetgui.demo.smollm2 import ModelDownloadError, fetch_smollm2
 
 pytestmark = pytest.mark.slow
 
@@ -30,55 +27,26 @@ QUESTION = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
-def gguf() -> Path:
-    try:
-        return fetch_smollm2()
-    except ModelDownloadError as exc:  # no network: nothing real to test with
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("smollm2")
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEETGUI_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "fleetgui", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+@pytest.fixture(scope="module")
+def exports(smollm2_fp32_exports: dict[int, Path]) -> dict[int, Path]:
+    return smollm2_fp32_exports
 
 
 @pytest.fixture(scope="module")
-def exports(gguf: Path, root: Path) -> dict[int, Path]:
-    out: dict[int, Path] = {}
-    for stages in (2, 3):
-        folder = root / f"smollm2-{stages}s"
-        done = _cli(
-            root / "home", "export", str(gguf), "--out", str(folder), "--stages", str(stages),
-            "--weights", "fp32", "--no-verify",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-        out[stages] = folder
-    return out
-
-
-@pytest.fixture(scope="module")
-def references(gguf: Path) -> dict[str, list[int]]:
+def references(smollm2_gguf: Path) -> dict[str, list[int]]:
     """transformers' fp32 greedy continuation of each prompt, from the same GGUF file."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fleetgui.export.sources import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(gguf))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(smollm2_gguf))
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
     ).eval()
     out: dict[str, list[int]] = {}
     with torch.no_grad():
@@ -115,7 +83,7 @@ def test_greedy_tokens_equal_transformers_fp32(
     prompts = [p for prompt in PROMPTS for p in ("--prompt", prompt)]
     if "pp+sd+mb" in mode:  # 3 streams at once: the first prompt twice more
         prompts += ["--prompt", PROMPTS[0]]
-    run = _cli(
+    run = run_cli(
         root / "home", "generate", str(exports[stages]), *prompts, "--max-new-tokens", str(N_NEW),
         "--precision", "f32", "--json", *mode,
     )  # fmt: skip
@@ -128,7 +96,7 @@ def test_greedy_tokens_equal_transformers_fp32(
 def test_a_chat_question_is_answered_and_ends_at_the_end_of_turn(
     exports: dict[int, Path], root: Path
 ) -> None:
-    run = _cli(
+    run = run_cli(
         root / "home", "generate", str(exports[2]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json",
     )  # fmt: skip
@@ -155,19 +123,19 @@ def test_two_worker_processes_give_the_same_text(
 ) -> None:
     addresses = ",".join(w.address for w in workers)
     common = ["--workers", addresses, "--identity", str(root / "coordinator"), "--threads", "1"]
-    in_process = _cli(
+    in_process = run_cli(
         root / "home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json",
     )  # fmt: skip
     local = _records(in_process)
     for mode in MODES[:2]:
-        run = _cli(
+        run = run_cli(
             root / "fleet-home", "generate", str(exports[3]), "--prompt", PROMPTS[0],
             "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *mode, *common,
         )  # fmt: skip
         (record,) = _records(run)
         assert record["token_ids"] == references[PROMPTS[0]], mode
-    chat = _cli(
+    chat = run_cli(
         root / "fleet-home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json", *common,
     )  # fmt: skip

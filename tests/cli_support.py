@@ -1,0 +1,30 @@
+"""Running the ``fleetgui`` command as a user would: a child process, with its own home folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def run_cli(
+    home: Path | None,
+    *args: str,
+    timeout: float = 600,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m fleetgui ARGS`` with ``FLEETGUI_HOME=home`` (None: the caller's) and ``env``
+    added to this process's environment; its output captured as text."""
+    environ = {**os.environ, **(env or {})}
+    if home is not None:
+        environ["FLEETGUI_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgui", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=timeout,
+        check=False,
+    )
