@@ -85,6 +85,35 @@ def smollm2_fp32_exports(
 
 
 @pytest.fixture(scope="session")
+def smollm2_references(smollm2_gguf: Path) -> dict[str, list[int]]:
+    """transformers' fp32 greedy continuation of each of ``SMOLLM2_PROMPTS``, loaded from the
+    same GGUF file (what every SmolLM2 exactness test compares with)."""
+    import torch
+    from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from fleetgui.export.sources import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(smollm2_gguf))
+    model = AutoModelForCausalLM.from_pretrained(
+        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
+    ).eval()
+    out: dict[str, list[int]] = {}
+    with torch.no_grad():
+        for prompt in SMOLLM2_PROMPTS:
+            ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+            generated = model.generate(
+                ids,
+                max_new_tokens=SMOLLM2_NEW_TOKENS,
+                do_sample=False,
+                eos_token_id=[2],
+                pad_token_id=2,
+            )
+            out[prompt] = [int(t) for t in generated[0, ids.shape[1] :]]
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_model_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory holding the tiny models built during this test session."""
     return tmp_path_factory.mktemp("tiny_models")

@@ -122,6 +122,19 @@ def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path
     assert one.get("acceptance_rate") is None
 
 
+def test_demo_drafts_from_ngram_when_asked(demo_pair_tiny: Path, tmp_path: Path) -> None:
+    """``--draft ngram`` replaces the toy pair's draft model with prompt lookup."""
+    from fleetgui.runtime.draft_source import NGRAM_LABEL
+
+    home = tmp_path / "home"
+    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    run = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "16", "--draft", "ngram")
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(run.stdout.strip().splitlines()[-1])
+    assert record["draft"] == NGRAM_LABEL and record["acceptance_rate"] is not None
+    assert not (home / "shards_cache" / "demo-tiny-draft").exists()  # no draft model exported
+
+
 def test_demo_app_screenshots_and_exits_cleanly(demo_pair_tiny: Path, tmp_path: Path) -> None:
     """The app demo (not headless) renders its four views from the running fleet and exits 0
     with its workers gone. (With the small pair the interpreter's teardown after the Qt app

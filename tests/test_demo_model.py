@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 
 from fleetgui.demo import INFO_FILE, BuildProgress, build_demo_pair, load_pair
 from fleetgui.demo.acceptance import block_acceptance
@@ -33,18 +31,6 @@ MODEL_FILES = (
 #: Per-token draft/target agreement the tiny pair must reach on held-out code (the small pair's
 #: is measured at build time and recorded in ``demo_model.json``).
 TINY_MIN_AGREEMENT = 0.5
-
-
-def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FLEETGUI_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "fleetgui", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -292,13 +278,13 @@ def test_cli_rebuild_over_an_incomplete_folder_is_identical_then_reused(
     (out / INFO_FILE).write_text('{"complete": false}', encoding="utf-8")
     assert load_pair(out) is None
 
-    result = run_cli("demo-model", "--size", "tiny", home=home)
+    result = run_cli(home, "demo-model", "--size", "tiny")
     assert result.returncode == 0, result.stderr
     assert f"built tiny demo pair in {out}" in result.stdout
     assert "K=2" in result.stdout and "K=8" in result.stdout
     assert "held-out code prompts" in result.stdout and "valid Python" in result.stdout
-    for label in PHASE_LABELS.values():  # one progress bar per phase, on stderr
-        assert label in result.stderr
+    for phase in PHASE_WEIGHTS:  # one progress bar per phase of the pair's build, on stderr
+        assert PHASE_LABELS[phase] in result.stderr
     assert "100%" in result.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["demo-model-tiny"]
 
@@ -316,7 +302,7 @@ def test_cli_rebuild_over_an_incomplete_folder_is_identical_then_reused(
     assert second["python"] == first["python"]
 
     before = (out / "target" / "model.safetensors").stat().st_mtime_ns
-    again = run_cli("demo-model", "--size", "tiny", "--out", str(out), home=home)
+    again = run_cli(home, "demo-model", "--size", "tiny", "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert "reused existing tiny demo pair" in again.stdout
     assert (out / "target" / "model.safetensors").stat().st_mtime_ns == before

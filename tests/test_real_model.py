@@ -15,14 +15,12 @@ from pathlib import Path
 import pytest
 from cli_support import run_cli
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
+from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
 
 pytestmark = pytest.mark.slow
 
-N_NEW = 48
-PROMPTS = (
-    "The history of the Roman Empire began",
-    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
-)
+N_NEW = SMOLLM2_NEW_TOKENS
+PROMPTS = SMOLLM2_PROMPTS
 QUESTION = "What is the capital of France?"
 
 
@@ -37,26 +35,8 @@ def exports(smollm2_fp32_exports: dict[int, Path]) -> dict[int, Path]:
 
 
 @pytest.fixture(scope="module")
-def references(smollm2_gguf: Path) -> dict[str, list[int]]:
-    """transformers' fp32 greedy continuation of each prompt, from the same GGUF file."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from fleetgui.export.sources import resolve_model
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(smollm2_gguf))
-    model = AutoModelForCausalLM.from_pretrained(
-        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
-    ).eval()
-    out: dict[str, list[int]] = {}
-    with torch.no_grad():
-        for prompt in PROMPTS:
-            ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
-            generated = model.generate(
-                ids, max_new_tokens=N_NEW, do_sample=False, eos_token_id=[2], pad_token_id=2
-            )
-            out[prompt] = [int(t) for t in generated[0, ids.shape[1] :]]
-    return out
+def references(smollm2_references: dict[str, list[int]]) -> dict[str, list[int]]:
+    return smollm2_references
 
 
 def _records(run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:

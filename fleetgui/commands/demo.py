@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetgui.demo.spec import SIZES
+from fleetgui.demo.spec import DRAFTS, SIZES
 
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
@@ -35,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the offline toy pair of this size instead of the real SmolLM2 chat model "
         "(fetched once from PyPI): small (built once, minutes), medium (about half an hour), "
         "tiny (for tests)",
+    )
+    parser.add_argument(
+        "--draft",
+        choices=DRAFTS,
+        default=None,
+        help="where drafts come from: ngram (prompt lookup, no draft model; the real model's "
+        "default) or model (the toy pair's draft; for the real model, a draft distilled from "
+        "it on this PC, about 11 minutes once)",
     )
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
     parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
@@ -66,7 +74,7 @@ async def _headless(args: argparse.Namespace) -> int:
 
     bar = TqdmProgress()
     try:
-        demo = await start_demo(args.size, progress=bar)
+        demo = await start_demo(args.size, progress=bar, draft=args.draft)
     finally:
         bar.close()
     options = _options(args)
@@ -148,7 +156,7 @@ def _with_app(args: argparse.Namespace) -> int:
 
     bar = TqdmProgress()
     try:
-        models = prepare_models(args.size, bar)
+        models = prepare_models(args.size, bar, draft=args.draft)
     finally:
         bar.close()
     target, draft = models.target_export, models.draft

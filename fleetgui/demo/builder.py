@@ -134,20 +134,27 @@ def _remove_stale_builds(out_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _check_replaceable(out_dir: Path) -> None:
-    """Refuse to replace a folder that is not a (possibly incomplete) demo pair build."""
+def check_replaceable(
+    out_dir: Path,
+    marker: str = INFO_FILE,
+    what: str = "demo models",
+    error: type[FleetguiError] = FleetguiError,
+) -> None:
+    """Refuse to replace a folder that is not a (possibly incomplete) build of ``what``, whose
+    builds hold ``marker``; raises ``error`` naming the fix. Also used by the SmolLM2 draft."""
     if out_dir.is_file():
-        raise FleetguiError(f"{out_dir} is a file; choose a folder for the demo models")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / INFO_FILE).is_file():
-        raise FleetguiError(
-            f"{out_dir} exists and does not hold demo models ({INFO_FILE} is missing); "
+        raise error(f"{out_dir} is a file, not a folder for {what}; choose a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / marker).is_file():
+        raise error(
+            f"{out_dir} exists and does not hold {what} ({marker} is missing); "
             "choose another output folder or delete it"
         )
 
 
 @contextmanager
-def _staging_dir(out_dir: Path) -> Iterator[Path]:
-    """A fresh hidden sibling of ``out_dir``, deleted if the body raises."""
+def staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A fresh hidden sibling of ``out_dir``, deleted if the body raises (also used by the
+    SmolLM2 draft's build)."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_builds(out_dir)
     tmp = out_dir.parent / f".{out_dir.name}{_PARTIAL_MARK}{os.getpid()}"
@@ -175,11 +182,11 @@ def build_demo_pair(
     from fleetgui.demo.pipeline import run_pipeline
 
     out_dir = Path(out_dir).absolute()
-    _check_replaceable(out_dir)
+    check_replaceable(out_dir)
     spec = get_spec(size)
     phases = PhaseTracker(progress)
     log.info("building the %s demo pair into %s", size, out_dir)
-    with _staging_dir(out_dir) as tmp:
+    with staging_dir(out_dir) as tmp:
         info = run_pipeline(spec, tmp, phases)
         files = {
             f"{sub}/{name}": sha256_file(tmp / sub / name)

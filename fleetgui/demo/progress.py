@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
@@ -33,6 +33,9 @@ PHASE_LABELS: dict[str, str] = {
     "draft": "distilling draft",
     "acceptance": "measuring acceptance and code",
     "save": "saving",
+    "load-target": "loading the target",
+    "continuations": "target answers",
+    "measure": "measuring acceptance",
 }
 
 
@@ -44,6 +47,8 @@ class BuildProgress:
     done: int
     total: int
     loss: float | None = None
+    #: phase shares of another kind of build (default :data:`PHASE_WEIGHTS`)
+    weights: Mapping[str, float] | None = None
 
     @property
     def label(self) -> str:
@@ -54,7 +59,8 @@ class BuildProgress:
     def overall(self) -> float:
         """Estimated fraction of the whole build that is done, in [0, 1]."""
         before = 0.0
-        for phase, weight in PHASE_WEIGHTS.items():
+        weights = PHASE_WEIGHTS if self.weights is None else self.weights
+        for phase, weight in weights.items():
             if phase == self.phase:
                 share = self.done / self.total if self.total else 1.0
                 return min(1.0, before + weight * share)
@@ -69,8 +75,11 @@ ProgressCallback = Callable[[BuildProgress], None]
 class PhaseTracker:
     """Times the build phases and forwards progress events to a callback."""
 
-    def __init__(self, progress: ProgressCallback | None) -> None:
+    def __init__(
+        self, progress: ProgressCallback | None, weights: Mapping[str, float] | None = None
+    ) -> None:
         self.progress = progress
+        self.weights = weights
         self.times: dict[str, float] = {}
         self.started = time.perf_counter()
         self._totals: dict[str, int] = {}
@@ -79,7 +88,7 @@ class PhaseTracker:
         """Forward one event."""
         self._totals[phase] = total
         if self.progress is not None:
-            self.progress(BuildProgress(phase, done, total, loss))
+            self.progress(BuildProgress(phase, done, total, loss, self.weights))
 
     def steps(self, phase: str) -> Callable[[int, int, float], None]:
         """An ``on_step(done, total, loss)`` callback reporting ``phase``."""

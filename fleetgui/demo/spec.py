@@ -15,6 +15,9 @@ BUILDER_VERSION = 5
 
 #: Sizes :func:`fleetgui.demo.build_demo_pair` knows.
 SIZES: tuple[str, ...] = ("small", "medium", "tiny")
+#: Where a demo's drafts come from: the n-gram drafter or a draft model (unset: the real model
+#: uses n-gram, which paid more than its distilled draft on this machine; the toy pair its own).
+DRAFTS = ("ngram", "model")
 
 BOS_TOKEN, EOS_TOKEN, PAD_TOKEN = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS: tuple[str, ...] = (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)
