@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,29 @@ def test_user_errors_print_a_message_not_a_traceback(
     assert code == 1
     assert "Traceback" not in err
     assert "fleetgui bench: error:" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--out", "FILE"), "is a file; give a folder"),
+        (("--out", "DIR", "--stages", "0"), "--stages must be at least 1, not 0"),
+    ],
+    ids=["out is a file", "zero stages"],
+)
+def test_export_refuses_a_file_as_out_and_zero_stages_in_one_line(
+    args: tuple[str, ...],
+    said: str,
+    tiny_models: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--out`` naming a file printed a traceback, and ``--stages 0`` exported unsplit."""
+    monkeypatch.setenv("FLEETGUI_HOME", str(tmp_path))
+    (tmp_path / "FILE").write_text("mine")
+    argv = [a if a not in ("FILE", "DIR") else str(tmp_path / a) for a in args]
+    code = main(["export", str(tiny_models("llama")), *argv])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and said in err, err
+    assert (tmp_path / "FILE").read_text() == "mine" and not (tmp_path / "DIR").exists()

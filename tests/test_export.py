@@ -12,7 +12,7 @@ import pytest
 
 from fleetgui.export.architectures import UnsupportedArchitectureError
 from fleetgui.export.exporter import ExportError, ExportProgress, ExportRequest, export_model
-from fleetgui.export.manifest import MANIFEST_NAME, check_files, read_manifest
+from fleetgui.export.manifest import MANIFEST_NAME, ManifestError, check_files, read_manifest
 from fleetgui.export.model_source import ModelSourceError
 from fleetgui.export.stage_chain import EXACT_CONFIG, StageChain
 from fleetgui.export.verify import VerificationError, verify_export
@@ -62,6 +62,20 @@ def test_manifest_describes_every_file(llama_2stage: Path, llama: Path) -> None:
     assert not (llama_2stage.parent / f".{llama_2stage.name}.partial").exists()
     leftovers = [p.name for p in llama_2stage.iterdir() if p.name.endswith(".done.json")]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("bad", ["../../outside.bin", "/etc/passwd", "tokenizer/../../x"])
+def test_a_manifest_naming_a_file_outside_the_export_is_refused(
+    llama_2stage: Path, tmp_path: Path, bad: str
+) -> None:
+    """Opening such an export fails before anything is read (or uploaded) from ``bad``."""
+    copy = tmp_path / "export"
+    shutil.copytree(llama_2stage, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["stages"][0]["files"][0]["path"] = bad
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="leaves the export folder"):
+        read_manifest(copy)
 
 
 def test_verify_passes_against_hf_fp32(llama_2stage: Path, llama: Path) -> None:

@@ -240,6 +240,10 @@ REJECTIONS: dict[str, tuple[Callable[[], Any], ErrorCode]] = {
         lambda: decode(raw(tensors=((int(DType.I64), 4, (2**62,) * 4, b""),))),
         ErrorCode.TOO_LARGE,
     ),
+    "a zero beside a huge dim": (
+        lambda: decode(raw(tensors=((int(DType.F32), 2, (0, 2**62), b""),))),
+        ErrorCode.BAD_SHAPE,
+    ),
     "tensor over limit": (
         lambda: decode(raw(tensors=((int(DType.U8), 1, (65,), bytes(65)),)), SMALL),
         ErrorCode.TOO_LARGE,

@@ -309,26 +309,34 @@ BAD_FRAMES = {
     ],
     "truncated": [b"FLGT\x01\x00\x0a"],
     "random bytes": [bytes(np.random.default_rng(0).integers(0, 256, 200, dtype=np.uint8))],
-    "negative dims": None,  # built below: a FORWARD whose tensor descriptor has a negative dim
+    # built below: tensor descriptors whose shapes cannot be (a negative dim; a zero beside a
+    # huge one, 0 bytes by size, which ended the worker before the shape's extent was checked)
+    "negative dims": None,
+    "zero and huge dims, FORWARD": None,
+    "zero and huge dims, HELLO": None,
 }
 
 
-def _negative_dims() -> list[bytes]:
+def _bad_dims(case: str) -> list[bytes]:
     import struct
 
     from fleetgui.fleet.protocol import HEADER, MAGIC, PROTOCOL_VERSION, TENSOR_DESCRIPTOR
 
     meta = b"{}"
-    header = HEADER.pack(MAGIC, PROTOCOL_VERSION, int(Op.FORWARD), 1, 1, 0, len(meta), 1, 0)
-    descriptor = TENSOR_DESCRIPTOR.pack(3, 2, 1, -4, 0, 0)
-    return [header + meta + descriptor, struct.pack("<4f", 1, 2, 3, 4)]
+    op = Op.HELLO if "HELLO" in case else Op.FORWARD
+    header = HEADER.pack(MAGIC, PROTOCOL_VERSION, int(op), 1, 1, 0, len(meta), 1, 0)
+    if case == "negative dims":
+        descriptor = TENSOR_DESCRIPTOR.pack(3, 2, 1, -4, 0, 0)
+        return [header + meta + descriptor, struct.pack("<4f", 1, 2, 3, 4)]
+    descriptor = TENSOR_DESCRIPTOR.pack(3, 2, 0, 2**62, 0, 0)
+    return [header + meta + descriptor, b""]
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FRAMES))
 def test_malformed_frames_are_rejected_and_worker_keeps_serving(
     case: str, workers: list[WorkerProcess], identity: KeyPair
 ) -> None:
-    frames = BAD_FRAMES[case] or _negative_dims()
+    frames = BAD_FRAMES[case] or _bad_dims(case)
 
     async def main() -> None:
         client = SecureClient(identity, workers[0].info["public_key"], name="w1")

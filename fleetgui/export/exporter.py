@@ -79,6 +79,8 @@ class ExportRequest:
 
 def plan_shards(source: ModelSource, request: ExportRequest) -> list[Shard]:
     """The stages the request asks for, validated against the model."""
+    if request.stages is not None and request.stages < 1:  # `or 1` below read 0 as unsplit
+        raise ExportError(f"--stages must be at least 1, not {request.stages}")
     if request.monolithic:
         if request.layers or (request.stages or 1) != 1:
             raise ExportError("--monolithic writes one unsplit model: drop --stages/--layers")
@@ -172,6 +174,8 @@ def _report_up_to_date(out: Path, progress: ProgressCallback | None) -> None:
 
 
 def _checked_out_dir(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file; give a folder for the export")
     if out.exists() and not (out / MANIFEST_NAME).is_file() and any(out.iterdir()):
         raise ExportError(
             f"{out} exists and is not a fleetgui export; choose another --out or empty it"
@@ -327,10 +331,10 @@ def export_model(
     returns goes into the manifest. If it raises, the previous contents of ``out_dir`` stay as
     they were and the stages already built are kept for the next run.
     """
+    out = _checked_out_dir(Path(request.out_dir))
     source = open_model_source(request.model_dir)  # also a .gguf file or a hub id
     adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
     shards = plan_shards(source, request)
-    out = _checked_out_dir(Path(request.out_dir))
     previous = _previous_stages(out)
     keys = [stage_key(source, shard, request) for shard in shards]
     current = _up_to_date(out, keys, source, verify is not None)

@@ -25,11 +25,23 @@ class ManifestError(FleetguiError):
     """The export folder is missing its manifest, or a file does not match it."""
 
 
+def check_relative(path: str) -> str:
+    """``path`` if it names a file inside an export folder, else ValueError: a manifest with
+    ``..`` or an absolute path made the coordinator read and upload a file from elsewhere."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or ":" in path or ".." in parts:
+        raise ValueError(f"file path {path!r} leaves the export folder")
+    return path
+
+
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative to the export folder, with forward slashes
     sha256: str
     size: int
+
+    def __post_init__(self) -> None:
+        check_relative(self.path)
 
     @classmethod
     def of(cls, root: Path, path: Path) -> FileEntry:
@@ -47,6 +59,10 @@ class StageEntry:
     kv_states: tuple[str, ...]
     key: str = ""  # hash of everything the stage was built from (reuse when it still matches)
     parts: tuple[str, ...] = ()  # the stage's IR files in order, when exported in chunks
+
+    def __post_init__(self) -> None:
+        for part in self.parts:
+            check_relative(part)
 
     @property
     def model_files(self) -> tuple[str, ...]:

@@ -166,7 +166,33 @@ class WorkerAgent:
         if handler is None:
             self._spawn(self._reply_error(incoming, ErrorCode.BAD_OP, f"{op.name} not served"))
             return
-        self._spawn(handler(incoming))
+        self._spawn(self._answered(handler, incoming))
+
+    async def _answered(
+        self, handler: Callable[[Incoming], Coroutine[Any, Any, None]], incoming: Incoming
+    ) -> None:
+        """Run ``handler``; whatever it raises is answered with an error naming the cause, so a
+        coordinator is never left waiting out its timeout (a full disk mid-upload raised
+        OSError in PUT_CHUNK and sent nothing) and one request cannot stop the worker."""
+        op = incoming.message.op.name
+        try:
+            await handler(incoming)
+        except asyncio.CancelledError:
+            raise
+        except ProtocolError as exc:
+            await self._reply_error(incoming, exc.code, f"{op}: {exc}")
+        except OSError as exc:  # disk full, read-only cache, a file that vanished
+            log.warning("%s failed on this worker's disk: %s", op, exc)
+            await self._reply_error(
+                incoming, ErrorCode.INTERNAL, f"{op} failed on the worker: {exc}"
+            )
+        except Exception as exc:
+            log.exception("failed to handle %s", op)
+            await self._reply_error(
+                incoming,
+                ErrorCode.INTERNAL,
+                f"{op} failed on the worker ({type(exc).__name__}: {exc})",
+            )
 
     async def _reply(self, incoming: Incoming, op: Op, meta: dict[str, Any] | None = None) -> None:
         message = Message(
@@ -228,6 +254,7 @@ class WorkerAgent:
     async def _put_chunk(self, incoming: Incoming) -> None:
         message = incoming.message
         meta = message.meta
+        sha = str(meta.get("sha256", ""))
         try:
             if len(message.tensors) != 1 or message.tensors[0].dtype.itemsize != 1:
                 raise BlobError("a chunk is one tensor of bytes")
@@ -238,7 +265,10 @@ class WorkerAgent:
                 await asyncio.to_thread(self.store.finish, sha, size)
         except BlobError as exc:
             code = ErrorCode.BAD_HASH if "damaged" in str(exc) else ErrorCode.BAD_FIELD
-            await self._reply_error(incoming, code, str(exc), received=self.store.received(sha))
+            held = 0
+            with contextlib.suppress(BlobError):  # an invalid sha256 holds nothing
+                held = self.store.received(sha) if sha else 0
+            await self._reply_error(incoming, code, str(exc), received=held)
             return
         except (KeyError, TypeError, ValueError) as exc:
             await self._reply_error(incoming, ErrorCode.BAD_FIELD, f"bad chunk: {exc!r}")
@@ -384,7 +414,12 @@ class WorkerAgent:
         message = incoming.message
         epoch = message.meta.get("epoch")
         if epoch != self.epoch or self.hosted is None:
-            log.debug("dropping a FORWARD of epoch %s (now %d)", epoch, self.epoch)
+            # answered, not dropped, so a sender never waits out its timeout; a ring's stale
+            # FORWARD after a failover gets this too, and its sender drops late replies
+            log.debug("refusing a FORWARD of epoch %r (now %d)", epoch, self.epoch)
+            loaded = "no stages loaded" if self.hosted is None else f"ring epoch {self.epoch}"
+            text = f"worker {self.config.name!r} has {loaded}, not epoch {epoch!r}"
+            await self._reply_error(incoming, ErrorCode.NOT_LOADED, text[:300])
             return
         try:
             request = request_from_message(message)

@@ -295,10 +295,13 @@ def decode(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> Mess
         raise _fail(code, f"{len(frames)} frames, header says {1 + n_tensors}")
     specs = _check_descriptors(head, HEADER.size + meta_len, n_tensors, frames, limits)
     meta = _decode_meta(head[HEADER.size : HEADER.size + meta_len])
-    tensors = tuple(
-        np.frombuffer(_bytes_view(frames[1 + i]), dtype=dtype).reshape(shape)
-        for i, (dtype, shape) in enumerate(specs)
-    )
+    try:
+        tensors = tuple(
+            np.frombuffer(_bytes_view(frames[1 + i]), dtype=dtype).reshape(shape)
+            for i, (dtype, shape) in enumerate(specs)
+        )
+    except ValueError as exc:  # the checks above should leave none; a peer's bytes never crash
+        raise _fail(ErrorCode.BAD_SHAPE, f"tensors do not match their shapes: {exc}") from None
     return Message(_OPS[op], stream_id, request_id, _FLAGS[flags], meta, tensors)
 
 
@@ -318,6 +321,10 @@ def _check_descriptors(
         total += nbytes
         if nbytes > limits.max_tensor_bytes or total > limits.max_total_bytes:
             raise _fail(ErrorCode.TOO_LARGE, f"tensor {i}: {nbytes} bytes over the limit")
+        # with a zero beside a huge dimension, (0, 2**62), the size is 0 bytes but numpy cannot
+        # make the shape (which ended a worker): its extent, zeros counted as 1, must fit too
+        if math.prod(max(d, 1) for d in dims[:ndim]) * dtype.itemsize > limits.max_tensor_bytes:
+            raise _fail(ErrorCode.BAD_SHAPE, f"tensor {i}: empty, but shaped {dims[:ndim]}")
         size = _bytes_view(frames[1 + i]).nbytes
         if size != nbytes:
             code = ErrorCode.TRUNCATED if size < nbytes else ErrorCode.TRAILING_DATA
