@@ -12,7 +12,7 @@ from runtime_support import EXACT_STAGE, export, pipeline
 
 from fleetgui.export.manifest import read_manifest
 from fleetgui.runtime.ov_stage import LocalStage
-from fleetgui.runtime.stage import ForwardRequest, LogitsHead
+from fleetgui.runtime.stage import ForwardRequest, LogitsHead, StageError
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +59,29 @@ def test_the_draft_computes_logits_only(whole: Path) -> None:
     assert pipe.draft is not None
     assert isinstance(pipe.draft.stage, LocalStage)
     assert pipe.draft.stage.outputs == {"logits"}
+
+
+def test_a_request_outside_the_stages_contract_is_refused_and_changes_nothing(
+    whole: Path,
+) -> None:
+    """What a peer's FORWARD may carry that the stage cannot run (a batch of 2 broke the
+    stream's state for every later request, then the worker process) is refused before
+    anything changes; compacting a fresh stream is a no-op."""
+    s = stage(whole)
+    prompt = np.array([[5, 6, 7]], dtype=np.int64)
+    want = s.forward_blocking(ForwardRequest(1, prompt, head=LogitsHead())).logits
+    bad = {
+        "a batch of 2": ForwardRequest(2, np.repeat(prompt, 2, axis=0), head=LogitsHead()),
+        "hidden states to the first stage": ForwardRequest(2, np.zeros((1, 3, 8), np.float32)),
+        "no positions": ForwardRequest(2, np.zeros((1, 0), np.int64)),
+        "rewinding more than it holds": ForwardRequest(2, prompt, rewind=4),
+    }
+    for why, request in bad.items():
+        with pytest.raises(StageError, match="stage 0"):
+            s.forward_blocking(request)
+        assert s.mask_of(2).entries == 0, why
+    for stream in (2, 3):  # the refused stream, and a fresh one asked to compact
+        request = ForwardRequest(stream, prompt, compact=stream == 3, head=LogitsHead())
+        got = s.forward_blocking(request).logits
+        assert got is not None and want is not None
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

@@ -167,6 +167,7 @@ class LocalStage(BlockingStage):
         self._inputs = [{port.get_any_name() for port in c.inputs} for c in self._parts]
         self._dtypes = [input_dtypes(c) for c in self._parts]
         self._outputs = {port.get_any_name() for port in self._parts[-1].outputs}
+        self._hidden = _static_dim(self._parts[0], "hidden_in", 2)
         self._streams: dict[int, _StreamSlot] = {}
         self._lock = asyncio.Lock()
         log.info(
@@ -212,13 +213,38 @@ class LocalStage(BlockingStage):
     def lock(self) -> asyncio.Lock:
         return self._lock
 
+    def check(self, request: ForwardRequest) -> None:
+        """Raise :class:`StageError` for a request outside this stage's contract, before it
+        changes anything: a peer's FORWARD with a batch of 2 reached OpenVINO, broke the
+        stream's state for every later request and, later, the worker process."""
+        payload = request.payload
+        if "input_ids" in self._inputs[0]:
+            wanted = "token ids [1, n]"
+            fits = payload.ndim == 2 and payload.dtype.kind in "iu"
+        else:
+            wanted = f"hidden states [1, n, {self._hidden or 'hidden'}]"
+            fits = payload.ndim == 3 and payload.dtype.kind == "f"
+            fits = fits and self._hidden in (None, payload.shape[2])
+        if not fits or payload.shape[0] != 1 or payload.shape[1] < 1:
+            raise StageError(
+                f"stage {self.index} takes {wanted}, got {payload.dtype} {tuple(payload.shape)}"
+            )
+        slot = self._streams.get(request.stream_id)
+        live = slot.mask.live if slot is not None else 0
+        if not 0 <= request.rewind <= live:
+            raise StageError(
+                f"stage {self.index}: cannot rewind {request.rewind} of stream "
+                f"{request.stream_id}'s {live} positions"
+            )
+
     def _begin(self, request: ForwardRequest) -> tuple[_StreamSlot, list[dict[str, Any]]]:
         """Apply the request's rewind and compaction and advance the stream's mask; the stream
         and the inputs of the first part (later parts take the previous part's output)."""
+        self.check(request)
         slot = self._slot(request.stream_id)
         if request.rewind:
             slot.mask.rewind(request.rewind)
-        if request.compact:
+        if request.compact and slot.mask.masked:  # nothing to drop, e.g. a fresh stream
             self._compact(slot)
         attention_mask, positions = slot.mask.advance(request.n_positions)
         attention_mask = attention_mask.copy()  # the mask buffer changes on rewind
@@ -267,9 +293,11 @@ class LocalStage(BlockingStage):
             slot, inputs = self._begin(request)
             for part, infer in enumerate(slot.requests):
                 infer_now(infer, self._link(slot, inputs, part), self._dtypes[part])
+            return self._finish(slot, request, started)  # the head reads what the peer sent
+        except StageError:
+            raise
         except Exception as exc:
             raise self._failed(request, exc) from exc
-        return self._finish(slot, request, started)
 
     async def rewind(self, stream_id: int, n_positions: int) -> None:
         self._slot(stream_id).mask.rewind(n_positions)
@@ -287,3 +315,12 @@ class LocalStage(BlockingStage):
 
     async def close(self) -> None:
         self._streams.clear()
+
+
+def _static_dim(compiled: ov.CompiledModel, name: str, axis: int) -> int | None:
+    """The static size of input ``name``'s ``axis``, or None (no such input, or dynamic)."""
+    for port in compiled.inputs:
+        if name in port.get_names():
+            dim = port.get_partial_shape()[axis]
+            return dim.get_length() if dim.is_static else None
+    return None
