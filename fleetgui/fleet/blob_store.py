@@ -97,12 +97,14 @@ class BlobStore:
     def blob_path(self, sha256: str) -> Path:
         return self.blobs / check_sha(sha256)
 
-    def has(self, sha256: str, size: int) -> bool:
-        """Whether a good copy of the file is here; a damaged copy is deleted."""
+    def has(self, sha256: str, size: int, *, rehash: bool = False) -> bool:
+        """Whether a good copy of the file is here; a damaged copy is deleted. A file whose
+        size, mtime and inode match its last check counts as good unless ``rehash``."""
         path = self.blob_path(sha256)
         if not path.is_file():
             return False
-        if path.stat().st_size == size and self._verified.get(sha256) == self._stamp(path):
+        stamp_ok = self._verified.get(sha256) == self._stamp(path)
+        if path.stat().st_size == size and stamp_ok and not rehash:
             return True
         if path.stat().st_size == size and sha256_file(path) == sha256:
             self._remember(sha256, path)
@@ -171,7 +173,9 @@ class BlobStore:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", key) or key in (".", ".."):
             raise BlobError(f"stage key {key!r} is not a plain name")
         wanted = list(files)
-        missing = [f.path for f in wanted if not self.has(f.sha256, f.size)]
+        # hashed on every load: a file damaged in place with its mtime kept passed the stamp
+        # check and its stage gave wrong tokens
+        missing = [f.path for f in wanted if not self.has(f.sha256, f.size, rehash=True)]
         if missing:
             raise BlobError(f"missing or damaged shard files: {', '.join(missing)}")
         folder = self.stages / key
