@@ -116,7 +116,8 @@ class FleetSession:
         self.endpoints: dict[str, WorkerEndpoint] = {}
         self.export_dir: Path | None = None
         self.manifest: Manifest | None = None
-        self.assignment: Assignment | None = None
+        self.assignment: Assignment | None = None  # the layout the ring runs (every stage once)
+        self._dropped: set[str] = set()  # lost since: what they had loaded is not trusted
         self.ring: Ring | None = None
         self.route: RingRoute | None = None
         self._local: dict[int, LocalStage] = {}
@@ -242,14 +243,13 @@ class FleetSession:
             assignment = initial_assignment(
                 self._units(), names, local_stages=self.config.local_stages
             )
-        else:
-            self._check(assignment, len(self.manifest.stages))
         await self._apply(assignment, progress)
         return assignment
 
     def _check(self, assignment: Assignment, n_stages: int) -> None:
-        """An explicit assignment must run every stage once, in ring order, on connected
-        workers."""
+        """Every layout the ring runs must run every stage once, in ring order, on connected
+        workers: after a double failure one that lacked the lost stage ran stage 0 straight
+        into stage 2 and printed garbage."""
         indices = [*assignment.local, *(i for m in assignment.members for i in m.indices)]
         if indices != list(range(n_stages)) or any(not m.indices for m in assignment.members):
             raise FleetguiError(
@@ -266,6 +266,7 @@ class FleetSession:
     async def _apply(self, assignment: Assignment, progress: ProgressCallback | None) -> None:
         if self.export_dir is None or self.manifest is None:
             raise FleetguiError("no export deployed")
+        self._check(assignment, len(self.manifest.stages))
         previous = self.assignment
         await asyncio.gather(
             *(self._load_member(member, previous, progress) for member in assignment.members)
@@ -281,8 +282,10 @@ class FleetSession:
     async def _load_member(
         self, member: Member, previous: Assignment | None, progress: ProgressCallback | None
     ) -> None:
-        if previous is not None and previous.indices_of(member.name) == member.indices:
+        loaded = previous is not None and previous.indices_of(member.name) == member.indices
+        if loaded and member.name not in self._dropped:
             return  # already loaded there
+        self._dropped.discard(member.name)
         assert self.export_dir is not None and self.manifest is not None
         self._event(member.name, "loading", f"stages {list(member.indices)}")
         await load_stages(
@@ -371,12 +374,9 @@ class FleetSession:
                 coordinator_free_bytes=int(psutil.virtual_memory().available),
             )
             self.failovers.append(name)
-        # Workers that dropped out of the ring must not keep the old one's stages.
-        self.assignment = Assignment(
-            self.assignment.local,
-            tuple(m for m in self.assignment.members if m.name not in lost),
-            self.assignment.spares,
-        )
+        # self.assignment stays the last layout that ran (complete) until a new one runs, so a
+        # retry after a second loss starts from it; whoever dropped out reloads if used again
+        self._dropped.update(lost)
         await self._apply(assignment, None)
         if self.ring is None:
             raise FleetguiError("the ring could not be rebuilt")
