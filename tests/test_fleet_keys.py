@@ -230,7 +230,7 @@ def test_pairing_code_single_use() -> None:
 
 def test_pairing_code_attempt_limit_and_rate() -> None:
     clock = Clock()
-    code = PairingCode(clock=clock, max_attempts=3, min_interval_s=1.0)
+    code = PairingCode(clock=clock, max_attempts=3, max_total_attempts=3, min_interval_s=1.0)
     wrong = "x" + code.code[1:]
     with pytest.raises(PairingError, match="2 attempts left"):
         code.check(wrong)
@@ -244,6 +244,32 @@ def test_pairing_code_attempt_limit_and_rate() -> None:
     assert not code.active
     with pytest.raises(PairingError, match="too many wrong"):
         code.check(code.code)
+
+
+def test_a_stranger_using_up_its_pairing_tries_leaves_the_coordinator_its_own() -> None:
+    """One count for everyone let anyone on the LAN spend the 5 tries and block the real
+    coordinator; tries count per source, and the total still bounds guessing."""
+    clock = Clock()
+    code = PairingCode(clock=clock, max_attempts=3, max_total_attempts=7, min_interval_s=1.0)
+    wrong = "x" + code.code[1:]
+    for _ in range(3):
+        with pytest.raises(PairingError, match="wrong pairing code"):
+            code.check(wrong, "10.0.0.66")
+        clock.now += 1
+    with pytest.raises(PairingError, match="too many wrong"):
+        code.check(code.code, "10.0.0.66")  # even the right code: that source is done
+    with pytest.raises(PairingError, match="wrong pairing code"):
+        code.check(wrong, "10.0.0.67")  # another source's fast try is its own, not too fast
+    assert code.active
+    code.check(code.code, "10.0.0.5")  # the coordinator pairs
+    assert not code.active
+    many = PairingCode(clock=clock, max_attempts=3, max_total_attempts=4, min_interval_s=0.0)
+    for source in ("a", "b", "c"):
+        with pytest.raises(PairingError):
+            many.check(wrong, source)
+    with pytest.raises(PairingError, match="0 attempts left"):
+        many.check(wrong, "d")
+    assert not many.active  # the total is spent: nobody can guess on
 
 
 def test_pairing_code_expires() -> None:

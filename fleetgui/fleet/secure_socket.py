@@ -222,7 +222,8 @@ class SecureServer:
         code, comment = message.meta.get("code"), str(message.meta.get("comment", ""))[:200]
         try:
             if not self.authorizer.is_authorized(key):
-                self.authorizer.pair(key, code if isinstance(code, str) else "", comment)
+                candidate = code if isinstance(code, str) else ""
+                self.authorizer.pair(key, candidate, comment, source=address)
         except PairingError as exc:
             logger.warning(
                 "%s: pairing refused for %s at %s: %s", self.name, fingerprint(key), address, exc

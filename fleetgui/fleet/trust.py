@@ -94,13 +94,19 @@ def add_authorized_key(path: Path, public_key: str, comment: str = "") -> bool:
 
 class PairingCode:
     """A one-time numeric code: valid for ``ttl_s`` seconds, single use, at most
-    ``max_attempts`` tries in all, and at least ``min_interval_s`` between tries."""
+    ``max_attempts`` tries from one source (an address) with ``min_interval_s`` between them,
+    and ``max_total_attempts`` tries from all sources together.
+
+    Counting per source keeps the window usable for the real coordinator: with one count for
+    everyone, anyone on the LAN could use up the tries and block it. The total bounds guessing
+    (30 tries at a 6-digit code: 3 in 100,000) and the sources tracked."""
 
     def __init__(
         self,
         *,
         ttl_s: float = 300.0,
         max_attempts: int = 5,
+        max_total_attempts: int = 30,
         digits: int = 6,
         min_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
@@ -108,18 +114,21 @@ class PairingCode:
         self.code = f"{secrets.randbelow(10**digits):0{digits}d}"
         self._clock = clock
         self.expires_at = clock() + ttl_s
-        self._attempts_left = max_attempts
+        self._max_attempts = max_attempts
+        self._total_left = max_total_attempts
+        self._left: dict[str, int] = {}  # source -> tries left
+        self._last: dict[str, float] = {}  # source -> time of its last try
         self._min_interval_s = min_interval_s
-        self._last_attempt = -float("inf")
         self._used = False
 
     @property
     def active(self) -> bool:
-        """Whether the code can still be used."""
-        return not self._used and self._attempts_left > 0 and self._clock() < self.expires_at
+        """Whether the code can still be used (by some source)."""
+        return not self._used and self._total_left > 0 and self._clock() < self.expires_at
 
-    def check(self, candidate: str) -> None:
-        """Consume the code if ``candidate`` matches it; else raise :class:`PairingError`."""
+    def check(self, candidate: str, source: str = "") -> None:
+        """Consume the code if ``candidate`` matches it; else raise :class:`PairingError`.
+        ``source`` names who tries (the peer's address)."""
         now = self._clock()
         if self._used:
             raise PairingError(
@@ -128,15 +137,18 @@ class PairingCode:
             )
         if now >= self.expires_at:
             raise PairingError("the pairing code expired; start the worker with --pair again")
-        if self._attempts_left <= 0:
+        left = min(self._left.get(source, self._max_attempts), self._total_left)
+        if left <= 0:
             raise PairingError("too many wrong pairing codes; start the worker with --pair again")
-        if now - self._last_attempt < self._min_interval_s:
+        if now - self._last.get(source, -float("inf")) < self._min_interval_s:
             raise PairingError("pairing attempts too fast; wait a second and try again")
-        self._last_attempt = now
-        self._attempts_left -= 1
+        self._last[source] = now
+        self._left[source] = self._left.get(source, self._max_attempts) - 1
+        self._total_left -= 1
         given = "".join(str(candidate).split()).replace("-", "").encode("utf-8")[:64]
         if not hmac.compare_digest(given, self.code.encode("ascii")):
-            raise PairingError(f"wrong pairing code ({self._attempts_left} attempts left)")
+            left = min(self._left[source], self._total_left)
+            raise PairingError(f"wrong pairing code ({left} attempts left)")
         self._used = True
 
 
@@ -212,12 +224,13 @@ class Authorizer:
             known = known or public_key in self._ring_peers
         return known or self.pairing_open
 
-    def pair(self, public_key: str, code: str, comment: str = "") -> None:
-        """Trust ``public_key`` if ``code`` is the active pairing code; else raise."""
+    def pair(self, public_key: str, code: str, comment: str = "", source: str = "") -> None:
+        """Trust ``public_key`` if ``code`` is the active pairing code; else raise. ``source``
+        (the peer's address) has tries of its own (see :class:`PairingCode`)."""
         with self._lock:
             if self._pairing is None:
                 raise PairingError("this worker is not pairing; start it with --pair")
-            self._pairing.check(code)
+            self._pairing.check(code, source)
             self._pairing = None
             self._extra.add(public_key)
         if self.path is not None:
