@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 _CHUNK = 4 * 1024 * 1024
@@ -79,3 +79,12 @@ def read_cache_entries(path: Path, version: int) -> dict[str, Any]:
         return {}
     entries = data.get("entries")
     return entries if isinstance(entries, dict) else {}
+
+
+def inside_path(path: str) -> PurePosixPath:
+    """``path`` (forward slashes, as manifests write it) if it stays inside the folder it is
+    relative to, else ValueError: no absolute path, drive, backslash or ``..``."""
+    pure = PurePosixPath(path)
+    if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path or ":" in path:
+        raise ValueError(f"file path {path!r} leaves the folder it belongs to")
+    return pure

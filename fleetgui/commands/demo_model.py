@@ -117,7 +117,7 @@ def _real_draft(args: argparse.Namespace, bar: ProgressCallback) -> int:
 
     built = build_smollm2_draft(args.out, progress=bar, force=args.force)
     info = json.loads((built / MARKER).read_text(encoding="utf-8"))
-    export = export_real_draft(progress=bar) if args.out is None else None
+    export = export_real_draft(bar, built) if args.out is None else None
     print(f"SmolLM2-135M-Instruct draft in {built}")
     layers = ", ".join(map(str, info["recipe"]["layers"]))
     print(

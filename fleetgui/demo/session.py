@@ -93,13 +93,14 @@ def _verify_once(export: Path, source: Path) -> None:
         log.info("demo export: %s", line)
 
 
-def export_real_draft(progress: ProgressCallback | None = None) -> Path:
-    """SmolLM2's distilled draft, built once (about 11 minutes on 2 cores, reused after) and
-    exported whole with :data:`REAL_DRAFT_WEIGHTS` in the shard cache."""
+def export_real_draft(progress: ProgressCallback | None = None, built: Path | None = None) -> Path:
+    """SmolLM2's distilled draft (``built``, or built now: about 11 minutes on 2 cores, reused
+    after) exported whole with :data:`REAL_DRAFT_WEIGHTS` in the shard cache."""
     from fleetgui.demo.smollm2_draft import build_smollm2_draft
     from fleetgui.export.exporter import ExportRequest, export_model
 
-    built = build_smollm2_draft(progress=progress)
+    if built is None:
+        built = build_smollm2_draft(progress=progress)
     out = paths.shards_cache_dir() / f"demo-smollm2-draft-{REAL_DRAFT_WEIGHTS}"
     export_model(ExportRequest(built, out, stages=1, weights=REAL_DRAFT_WEIGHTS))
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.export.quality import ExportQuality
-from fleetgui.fsutil import atomic_write_text, sha256_file
+from fleetgui.fsutil import atomic_write_text, inside_path, sha256_file
 from fleetgui.shard import Shard
 
 FORMAT_VERSION = 1
@@ -26,11 +26,12 @@ class ManifestError(FleetguiError):
 
 
 def check_relative(path: str) -> str:
-    """``path`` if it names a file inside an export folder, else ValueError: a manifest with
+    """``path`` if it names a file inside the export folder, else ValueError: a manifest with
     ``..`` or an absolute path made the coordinator read and upload a file from elsewhere."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\\" in path or ":" in path or ".." in parts:
-        raise ValueError(f"file path {path!r} leaves the export folder")
+    try:
+        inside_path(path)
+    except ValueError:
+        raise ValueError(f"file path {path!r} leaves the export folder") from None
     return path
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fsutil import atomic_write_text, sha256_file
+from fleetgui.fsutil import atomic_write_text, inside_path, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,11 @@ def check_sha(sha256: str) -> str:
 
 
 def check_relative(path: str) -> PurePosixPath:
-    """A manifest path that stays inside the stage folder."""
-    pure = PurePosixPath(path)
-    if not path or pure.is_absolute() or ".." in pure.parts or "\\" in path or ":" in path:
-        raise BlobError(f"file path {path!r} is not a plain relative path")
-    return pure
+    """A manifest path that stays inside the stage folder (:func:`~fleetgui.fsutil.inside_path`)."""
+    try:
+        return inside_path(path)
+    except ValueError as exc:
+        raise BlobError(str(exc)) from None
 
 
 class BlobStore:
