@@ -148,6 +148,51 @@ def test_message_round_trip_every_dtype_and_shape() -> None:
         np.testing.assert_array_equal(got, sent)
 
 
+TINY_FRAMES = Limits(max_meta_bytes=1024, max_frame_bytes=4096)
+
+
+def test_a_tensor_larger_than_a_frame_spans_full_frames_and_comes_back_whole() -> None:
+    """No frame exceeds max_frame_bytes, the cap the worker's sockets enforce before the
+    encrypted handshake; a tensor of several frames is rebuilt exactly, small ones stay views."""
+    step = TINY_FRAMES.max_frame_bytes
+    big = RNG.standard_normal(step // 4 * 3 + 5).astype(np.float32)  # 3 full frames and 20 bytes
+    small, empty = tokens(3), np.zeros((0, 4), np.float16)
+    frames = encode(Message(Op.FORWARD, tensors=(big, small, empty)), TINY_FRAMES)
+    sizes = [memoryview(f).nbytes for f in frames[1:]]
+    assert sizes == [step, step, step, 20, small.nbytes, 0]
+    decoded = decode(frames, TINY_FRAMES)
+    np.testing.assert_array_equal(decoded.tensors[0], big)
+    np.testing.assert_array_equal(decoded.tensors[1], small)
+    assert decoded.tensors[2].shape == (0, 4)
+    with pytest.raises(ProtocolError) as wrong:  # the receiver's cap is the sender's
+        decode(frames)
+    assert wrong.value.code == ErrorCode.TRAILING_DATA  # more frames than 1 MiB ones need
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        (lambda f: f[:-1], ErrorCode.TRUNCATED),
+        (lambda f: [*f, b"x"], ErrorCode.TRAILING_DATA),
+        (
+            lambda f: [f[0], f[1][:-4], bytes(memoryview(f[2])) + bytes(4), f[3]],
+            ErrorCode.TRUNCATED,
+        ),
+        (lambda f: [f[0], b"".join(map(bytes, f[1:3])), f[3], b""], ErrorCode.TRUNCATED),
+    ],
+    ids=["a frame missing", "a frame too many", "a short frame mid-tensor", "an oversized frame"],
+)
+def test_a_split_tensor_must_come_in_full_frames(
+    change: Callable[[list[FrameLike]], list[FrameLike]], code: ErrorCode
+) -> None:
+    big = np.ones(TINY_FRAMES.max_frame_bytes // 4 * 2 + 1, np.float32)
+    frames = encode(Message(Op.FORWARD, tensors=(big,)), TINY_FRAMES)
+    assert len(frames) == 4
+    with pytest.raises(ProtocolError) as info:
+        decode(change(frames), TINY_FRAMES)
+    assert info.value.code == code
+
+
 def test_error_reply_becomes_remote_error() -> None:
     reply = decode(wire(encode(error_message(ErrorCode.BAD_SHAPE, "payload rank 5"))))
     with pytest.raises(RemoteError, match=r"worker-2 refused the request.*payload rank 5") as info:

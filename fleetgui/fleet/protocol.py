@@ -1,7 +1,8 @@
 """The fleet wire format: one typed, versioned, checked message per ZeroMQ multipart message.
 
 Frame 0 is a fixed little-endian header, a JSON "meta" object and one descriptor per tensor;
-frames 1..n are the tensors' raw little-endian bytes (sent and received without copies)::
+the frames after it are the tensors' raw little-endian bytes, in order, each tensor in one or
+more frames of at most :attr:`Limits.max_frame_bytes` (an empty tensor in one empty frame)::
 
     header  <4sHHQQIIHH>  36 bytes
         magic b"FLGT" | version u16 | op u16 | stream id u64 | request id u64 | flags u32
@@ -9,6 +10,11 @@ frames 1..n are the tensors' raw little-endian bytes (sent and received without 
     meta    UTF-8 JSON object, ``meta length`` bytes
     tensor descriptor <BB6x4q>  40 bytes each
         dtype code u8 | ndim u8 | 6 zero bytes | 4 x dim i64 (unused dims 0)
+
+Frames are capped because ZeroMQ's ``MAXMSGSIZE`` is the only limit libzmq applies before the
+CURVE handshake ends: whatever a frame may hold, a stranger without a key can make a worker
+buffer per connection (255 MiB frames took a worker from 103 to 1103 MB with 4 connections).
+A tensor of one frame is received without copies; a larger one is joined once.
 
 The magic and version come first and never move, so a peer of another version is always told
 "other protocol version" instead of a garbled message. :func:`decode` checks every count, length,
@@ -35,7 +41,7 @@ from fleetgui.errors import FleetguiError
 logger = logging.getLogger(__name__)
 
 MAGIC = b"FLGT"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a tensor may span several frames
 HEADER = struct.Struct("<4sHHQQIIHH")
 TENSOR_DESCRIPTOR = struct.Struct("<BB6x4q")
 _PREFIX = struct.Struct("<4sH")  # magic and version: the part every version shares
@@ -171,12 +177,15 @@ class Limits:
     max_ndim: int = 4  # dimensions per tensor (the descriptor has room for 4)
     max_tensor_bytes: int = 256 * 1024 * 1024  # one tensor
     max_total_bytes: int = 256 * 1024 * 1024  # all tensors of one message
+    # the largest ZeroMQ frame (``zmq.MAXMSGSIZE``); tensors are split to fit it. 1 MiB keeps
+    # decode steps (hidden states of a few KiB) in one frame and costs a prompt chunk's
+    # activations (8 MiB for a 70B model's 256 tokens) one copy when joined
+    max_frame_bytes: int = 1024 * 1024
 
-    @property
-    def max_frame_bytes(self) -> int:
-        """The largest single ZeroMQ frame a valid message has (for ``zmq.MAXMSGSIZE``)."""
+    def __post_init__(self) -> None:
         header = HEADER.size + self.max_meta_bytes + self.max_tensors * TENSOR_DESCRIPTOR.size
-        return max(header, self.max_tensor_bytes)
+        if self.max_frame_bytes < header:
+            raise ValueError(f"max_frame_bytes {self.max_frame_bytes} < largest header {header}")
 
 
 DEFAULT_LIMITS = Limits()
@@ -232,7 +241,7 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[FrameLike]
             raise ProtocolError(ErrorCode.TOO_LARGE, f"tensor {i}: {array.nbytes} bytes")
         dims = list(array.shape) + [0] * (4 - array.ndim)
         descriptors.append(TENSOR_DESCRIPTOR.pack(code, array.ndim, *dims))
-        data.append(array.reshape(-1).view(np.uint8).data)
+        data.extend(_split(array.reshape(-1).view(np.uint8).data, limits.max_frame_bytes))
     try:
         header = HEADER.pack(
             MAGIC,
@@ -248,6 +257,13 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[FrameLike]
     except struct.error as exc:
         raise ProtocolError(ErrorCode.BAD_FIELD, f"header field out of range: {exc}") from exc
     return [b"".join([header, meta, *descriptors]), *data]
+
+
+def _split(view: memoryview, size: int) -> list[FrameLike]:
+    """``view`` as frames of at most ``size`` bytes (one empty frame if it is empty)."""
+    if view.nbytes <= size:
+        return [view]
+    return [view[start : start + size] for start in range(0, view.nbytes, size)]
 
 
 def _fail(code: ErrorCode, message: str) -> ProtocolError:
@@ -290,15 +306,13 @@ def decode(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> Mess
     if len(head) != expected:
         code = ErrorCode.TRUNCATED if len(head) < expected else ErrorCode.TRAILING_DATA
         raise _fail(code, f"first frame is {len(head)} bytes, header says {expected}")
-    if len(frames) != 1 + n_tensors:
-        code = ErrorCode.TRUNCATED if len(frames) < 1 + n_tensors else ErrorCode.TRAILING_DATA
-        raise _fail(code, f"{len(frames)} frames, header says {1 + n_tensors}")
-    specs = _check_descriptors(head, HEADER.size + meta_len, n_tensors, frames, limits)
+    specs = _check_descriptors(head, HEADER.size + meta_len, n_tensors, limits)
+    data = _tensor_data(frames, [nbytes for _, _, nbytes in specs], limits)
     meta = _decode_meta(head[HEADER.size : HEADER.size + meta_len])
     try:
         tensors = tuple(
-            np.frombuffer(_bytes_view(frames[1 + i]), dtype=dtype).reshape(shape)
-            for i, (dtype, shape) in enumerate(specs)
+            np.frombuffer(raw, dtype=dtype).reshape(shape)
+            for raw, (dtype, shape, _) in zip(data, specs, strict=True)
         )
     except ValueError as exc:  # the checks above should leave none; a peer's bytes never crash
         raise _fail(ErrorCode.BAD_SHAPE, f"tensors do not match their shapes: {exc}") from None
@@ -306,9 +320,10 @@ def decode(frames: Sequence[FrameLike], limits: Limits = DEFAULT_LIMITS) -> Mess
 
 
 def _check_descriptors(
-    head: memoryview, offset: int, n_tensors: int, frames: Sequence[FrameLike], limits: Limits
-) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
-    specs: list[tuple[np.dtype[Any], tuple[int, ...]]] = []
+    head: memoryview, offset: int, n_tensors: int, limits: Limits
+) -> list[tuple[np.dtype[Any], tuple[int, ...], int]]:
+    """Each tensor's dtype, shape and size in bytes, checked against ``limits``."""
+    specs: list[tuple[np.dtype[Any], tuple[int, ...], int]] = []
     total = 0
     for i in range(n_tensors):
         code, ndim, *dims = TENSOR_DESCRIPTOR.unpack_from(head, offset + i * 40)
@@ -325,12 +340,33 @@ def _check_descriptors(
         # make the shape (which ended a worker): its extent, zeros counted as 1, must fit too
         if math.prod(max(d, 1) for d in dims[:ndim]) * dtype.itemsize > limits.max_tensor_bytes:
             raise _fail(ErrorCode.BAD_SHAPE, f"tensor {i}: empty, but shaped {dims[:ndim]}")
-        size = _bytes_view(frames[1 + i]).nbytes
-        if size != nbytes:
-            code = ErrorCode.TRUNCATED if size < nbytes else ErrorCode.TRAILING_DATA
-            raise _fail(code, f"tensor {i}: frame is {size} bytes, shape says {nbytes}")
-        specs.append((dtype, tuple(dims[:ndim])))
+        specs.append((dtype, tuple(dims[:ndim]), nbytes))
     return specs
+
+
+def _tensor_data(
+    frames: Sequence[FrameLike], sizes: Sequence[int], limits: Limits
+) -> list[FrameLike]:
+    """Each tensor's bytes from the frames after the header: a tensor of one frame as a view
+    of it, a longer one joined. A tensor of n bytes comes in ceil(n / max_frame_bytes) frames
+    (one if empty), all full but its last, so the frame count is checked before any is read."""
+    step = limits.max_frame_bytes
+    counts = [max(1, -(-nbytes // step)) for nbytes in sizes]
+    if len(frames) != 1 + sum(counts):
+        code = ErrorCode.TRUNCATED if len(frames) < 1 + sum(counts) else ErrorCode.TRAILING_DATA
+        raise _fail(code, f"{len(frames)} frames, the tensors' shapes need {1 + sum(counts)}")
+    data: list[FrameLike] = []
+    index = 1
+    for i, (nbytes, count) in enumerate(zip(sizes, counts, strict=True)):
+        parts = [_bytes_view(frame) for frame in frames[index : index + count]]
+        index += count
+        want = [step] * (count - 1) + [nbytes - step * (count - 1)]
+        got = [part.nbytes for part in parts]
+        if got != want:
+            code = ErrorCode.TRAILING_DATA if sum(got) > nbytes else ErrorCode.TRUNCATED
+            raise _fail(code, f"tensor {i}: frames of {got[:4]} bytes, its shape needs {want[:4]}")
+        data.append(parts[0] if count == 1 else b"".join(parts))
+    return data
 
 
 def _decode_meta(raw: memoryview) -> dict[str, Any]:

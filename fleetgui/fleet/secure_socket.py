@@ -39,6 +39,7 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from fleetgui.errors import FleetguiError
+from fleetgui.fleet.connection_guard import ConnectionGuard
 from fleetgui.fleet.keys import KeyPair, fingerprint
 from fleetgui.fleet.protocol import (
     DEFAULT_LIMITS,
@@ -81,11 +82,13 @@ def _configure(socket: zmq.Socket[Any], limits: Limits) -> None:
 
 
 class _ZapPolicy:
-    """The ZAP credentials provider: asks the Authorizer, never raises, logs refusals."""
+    """The ZAP credentials provider: asks the Authorizer, never raises, logs refusals, and
+    tells the connection guard which keys only the pairing window let in."""
 
-    def __init__(self, authorizer: Authorizer, name: str) -> None:
+    def __init__(self, authorizer: Authorizer, name: str, guard: ConnectionGuard) -> None:
         self.authorizer = authorizer
         self.name = name
+        self.guard = guard
         self.address = "?"  # set by _Authenticator before each callback
         self._last_logged: dict[str, float] = {}
 
@@ -93,6 +96,9 @@ class _ZapPolicy:
         public_key = key.decode("ascii", "replace")
         try:
             allowed = self.authorizer.is_allowed(public_key)
+            known = self.authorizer.is_authorized(public_key)
+            if allowed and not (known or self.authorizer.is_ring_peer(public_key)):
+                self.guard.admitted_by_window(self.address, public_key)
         except Exception:  # a raising callback would stop the ZAP task: refuse instead
             logger.exception("authorization check failed; refusing %s", self.address)
             return False
@@ -149,10 +155,13 @@ class SecureServer:
     ) -> None:
         self.name, self.authorizer, self.limits = name, authorizer, limits
         self._context = zmq.asyncio.Context()
-        self._auth = _Authenticator(self._context)
-        self._auth.policy = _ZapPolicy(authorizer, name)
         self._socket = self._context.socket(zmq.ROUTER)
         _configure(self._socket, limits)
+        self.guard = ConnectionGuard(
+            self._socket, authorizer, name=name, handshake_s=DEFAULT_TIMEOUT_S
+        )
+        self._auth = _Authenticator(self._context)
+        self._auth.policy = _ZapPolicy(authorizer, name, self.guard)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.curve_server = True
         self._socket.curve_publickey = identity.public.encode("ascii")
@@ -165,6 +174,7 @@ class SecureServer:
         if self._auth.zap_socket is None:
             self._auth.start()  # before bind: never a moment without authorization
             self._auth.configure_curve_callback(ZAP_DOMAIN, self._auth.policy)
+            self.guard.start()
         self._socket.bind(endpoint)
         bound = str(self._socket.getsockopt_string(zmq.LAST_ENDPOINT))
         logger.info("%s listening on %s", self.name, bound)
@@ -245,6 +255,7 @@ class SecureServer:
 
     def close(self) -> None:
         """Close the socket, stop ZAP and end the context."""
+        self.guard.stop()
         self._socket.close(linger=0)
         self._auth.stop()
         self._context.destroy(linger=0)
