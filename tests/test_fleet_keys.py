@@ -373,11 +373,14 @@ def test_authorized_client_round_trips() -> None:
         try:
             await client.connect(endpoint)
             assert (await client.request(Message(Op.HELLO))).op is Op.HELLO_OK
-            payload = np.random.default_rng(0).standard_normal((1, 1, 4096)).astype(np.float32)
-            await client.send(encode_forward(ForwardRequest(7, payload, rewind=2)))
-            echoed = request_from_message(await client.recv())
-            np.testing.assert_array_equal(echoed.payload, payload)
-            assert (echoed.stream_id, echoed.rewind) == (7, 2)
+            # one frame, and a prompt's activations in full 1 MiB frames: the encrypted frame
+            # on the wire is larger than 1 MiB, and the sockets' cap must allow for that
+            for shape in ((1, 1, 4096), (1, 256, 4096 + 3)):
+                payload = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+                await client.send(encode_forward(ForwardRequest(7, payload, rewind=2)))
+                echoed = request_from_message(await client.recv())
+                np.testing.assert_array_equal(echoed.payload, payload)
+                assert (echoed.stream_id, echoed.rewind) == (7, 2)
         finally:
             client.close()
 

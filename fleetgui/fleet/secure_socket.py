@@ -75,9 +75,13 @@ class RequestTimeoutError(FleetguiError):
     """A peer did not answer in time."""
 
 
+_CURVE_OVERHEAD_BYTES = 64  # a CURVE MESSAGE command wraps a frame: name, nonce, flags, MAC
+
+
 def _configure(socket: zmq.Socket[Any], limits: Limits) -> None:
     socket.linger = 0
-    socket.setsockopt(zmq.MAXMSGSIZE, limits.max_frame_bytes)  # libzmq drops bigger frames
+    # libzmq drops bigger frames; it measures them encrypted, so the overhead must fit too
+    socket.setsockopt(zmq.MAXMSGSIZE, limits.max_frame_bytes + _CURVE_OVERHEAD_BYTES)
     socket.setsockopt(zmq.HANDSHAKE_IVL, int(DEFAULT_TIMEOUT_S * 1000))
 
 
