@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair, write_identity
 
@@ -175,3 +177,33 @@ class StopStartThrottle:
         self._done.set()
         self._thread.join(5)
         os.kill(self.pid, signal.SIGCONT)
+
+
+@contextmanager
+def mounted_tmpfs(folder: Path, size: str = "8m", *, inodes: int | None = None) -> Iterator[Path]:
+    """A small tmpfs at ``folder``: a disk a test can fill, or make read-only with
+    :func:`remount`; unmounted afterwards. Skips the test unless this is root on Linux (root's
+    writes ignore file modes, so only a mount gives it a full or read-only disk)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("a full or read-only disk needs a tmpfs mount: run as root on Linux")
+    folder.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs at {folder}: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        unmounted = subprocess.run(["umount", str(folder)], capture_output=True, check=False)
+        if unmounted.returncode != 0:  # still busy: detach it now, it goes when released
+            subprocess.run(["umount", "--lazy", str(folder)], check=False)
+
+
+def remount(folder: Path, mode: str) -> None:
+    """Remount the tmpfs at ``folder`` ``ro`` or ``rw``."""
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(folder)], check=True)

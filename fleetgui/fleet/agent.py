@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -33,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import zmq
 
-from fleetgui.fleet.blob_store import BlobError, BlobStore
+from fleetgui.fleet.blob_store import BlobError, BlobStore, DiskFullError
 from fleetgui.fleet.forward_codec import (
     compute_ms_from,
     encode_forward,
@@ -42,7 +45,7 @@ from fleetgui.fleet.forward_codec import (
     request_from_message,
 )
 from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
-from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.keys import KeyPair, is_key
 from fleetgui.fleet.probe_timing import (
     TIMINGS_FILE,
     ProbeSpec,
@@ -68,6 +71,10 @@ from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.stage import StageError
 
 log = logging.getLogger(__name__)
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# How a coordinator names a worker (info_probe.endpoint): tcp://host:port, IPv6 in brackets.
+_ENDPOINT = re.compile(r"tcp://(?:\[(?P<v6>[\w:.%-]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>\d{1,5})")
 
 
 @dataclass(frozen=True)
@@ -265,6 +272,8 @@ class WorkerAgent:
                 await asyncio.to_thread(self.store.finish, sha, size)
         except BlobError as exc:
             code = ErrorCode.BAD_HASH if "damaged" in str(exc) else ErrorCode.BAD_FIELD
+            if isinstance(exc, DiskFullError):  # the worker's disk, not the request, is at fault
+                code = ErrorCode.INTERNAL
             held = 0
             with contextlib.suppress(BlobError):  # an invalid sha256 holds nothing
                 held = self.store.received(sha) if sha else 0
@@ -306,6 +315,16 @@ class WorkerAgent:
                 hosted = await asyncio.to_thread(HostedStages.load, spec, self.store, config)
             except BlobError as exc:
                 await self._reply_error(incoming, ErrorCode.MISSING_FILES, str(exc), missing=[])
+                return
+            except OSError as exc:  # linking the stage folder: a read-only or full cache
+                log.warning("loading stages %s failed on the cache: %s", list(spec.indices), exc)
+                text = (
+                    f"could not load stages {list(spec.indices)}: the worker's shard cache "
+                    f"{self.config.cache_dir} failed ({exc}): "
+                    + ("free some space" if exc.errno in _DISK_FULL else "make it writable")
+                    + " there, or start the worker with another --cache"
+                )
+                await self._reply_error(incoming, ErrorCode.STAGE_FAILED, text)
                 return
             except Exception as exc:  # OpenVINO compile errors: tell the coordinator why
                 log.exception("loading stages %s failed", list(spec.indices))
@@ -374,28 +393,36 @@ class WorkerAgent:
         if not isinstance(epoch, int) or not isinstance(peers, list) or len(peers) > 64:
             await self._reply_error(incoming, ErrorCode.BAD_FIELD, "RING needs 'epoch' and 'peers'")
             return
+        # every field is checked before anything changes: a malformed RING leaves the ring as it was
+        try:
+            target = _next_worker(nxt)
+            bad_peer = next((p for p in peers if not isinstance(p, str) or not is_key(p)), None)
+            if bad_peer is not None:
+                raise ValueError(f"peer {str(bad_peer)[:60]!r} is not a CURVE public key")
+        except ValueError as exc:
+            await self._reply_error(incoming, ErrorCode.BAD_FIELD, f"RING: {exc}")
+            return
         self.epoch = epoch  # from now on, FORWARDs of older epochs are dropped
         self._coordinator = incoming.peer
-        self.authorizer.set_ring_peers(str(p) for p in peers)
+        self.authorizer.set_ring_peers(peers)
         client: SecureClient | None = None
-        if nxt is not None:
+        if target is not None:
+            name, endpoint, public_key = target
             try:
-                client = SecureClient(
-                    self.identity, str(nxt["public_key"]), name=str(nxt.get("name", "next"))
-                )
-                await client.connect(str(nxt["endpoint"]), self.config.connect_timeout_s)
-            except (ConnectError, KeyError, TypeError, ValueError) as exc:
+                await _probe_next_worker(endpoint, self.config.connect_timeout_s)
+                client = SecureClient(self.identity, public_key, name=name)
+                await client.connect(endpoint, self.config.connect_timeout_s)
+            except (ConnectError, OSError, zmq.ZMQError) as exc:
                 if client is not None:
                     client.close()
-                await self._reply_error(
-                    incoming, ErrorCode.BAD_FIELD, f"cannot reach the next worker: {exc}"
-                )
+                text = f"cannot reach the next worker {name!r} at {endpoint}: {exc}"
+                await self._reply_error(incoming, ErrorCode.BAD_FIELD, text)
                 return
         self._set_next(client)
         async with self._compute:
             if self.hosted is not None:
                 await self.hosted.release_all()
-        log.info("ring epoch %d: next %s", epoch, nxt["name"] if nxt else "the coordinator")
+        log.info("ring epoch %d: next %s", epoch, target[0] if target else "the coordinator")
         await self._reply(incoming, Op.RING_OK, {"epoch": epoch})
 
     async def _stream_op(self, incoming: Incoming) -> None:
@@ -471,3 +498,51 @@ class WorkerAgent:
             return
         with contextlib.suppress(Exception):
             await self.server.send(self._coordinator, frames)
+
+
+def _next_worker(nxt: Any) -> tuple[str, str, str] | None:
+    """The next worker a RING names, as (name, endpoint, public key), or None (results go to
+    the coordinator); ValueError naming the field that a worker could never connect with."""
+    if nxt is None:
+        return None
+    if not isinstance(nxt, dict):
+        raise ValueError("'next' must be an object or null")
+    endpoint, public_key = nxt.get("endpoint"), nxt.get("public_key")
+    match = _ENDPOINT.fullmatch(endpoint) if isinstance(endpoint, str) else None
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise ValueError(
+            f"the next worker's endpoint {str(endpoint)[:100]!r} is not tcp://host:port"
+        )
+    if not isinstance(public_key, str) or not is_key(public_key):
+        raise ValueError(
+            f"the next worker's public key {str(public_key)[:60]!r} is not a CURVE public key "
+            "(40 Z85 characters, as `fleetgui worker` prints it)"
+        )
+    return str(nxt.get("name", "next"))[:100], match[0], public_key
+
+
+async def _probe_next_worker(endpoint: str, timeout_s: float) -> None:
+    """Raise ConnectError at once when the next worker's port cannot be reached (refused, no
+    route, an unknown host), or after ``timeout_s`` when its host does not answer: ZMQ retries
+    such a connect quietly, and the coordinator was told only when the handshake timed out."""
+    match = _ENDPOINT.fullmatch(endpoint)
+    assert match is not None  # checked by _next_worker
+    host, port = match["v6"] or match["host"], int(match["port"])
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(host, port)
+    except TimeoutError:
+        raise ConnectError(
+            f"{host}:{port} did not answer in {timeout_s:g} s: is that PC on, and is the port "
+            "open in its firewall?"
+        ) from None
+    except ConnectionRefusedError:
+        raise ConnectError(
+            f"nothing listens at {host}:{port} (connection refused): is `fleetgui worker` "
+            "running there, on that port?"
+        ) from None
+    except OSError as exc:  # no route to the host, a name that does not resolve
+        raise ConnectError(f"cannot reach {host}:{port}: {exc.strerror or exc}") from None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()

@@ -11,15 +11,22 @@ A file moves from ``partial/`` to ``blobs/`` only after its sha256 matched, by a
 so a half-written shard is never loaded. A blob is hashed again before it is loaded unless it
 is unchanged (same size, mtime and inode) since it was last hashed, so a file damaged on disk is
 caught and sent again.
+
+A chunk is taken only if the rest of its file fits on the disk beside the rest of every other
+file being received, so two uploads that together would overfill the disk are refused up front
+(naming the sizes) instead of both filling it; a partial file untouched for
+:data:`STALE_PARTIAL_S` is an abandoned upload and is removed when another one needs its room.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,10 +39,19 @@ log = logging.getLogger(__name__)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 VERIFIED_FILE = "verified.json"
 MAX_FILE_BYTES = 1 << 40  # 1 TiB: larger announced sizes are refused before any disk is used
+# A partial file untouched this long is an abandoned upload (a live one is written every chunk,
+# seconds apart) and is removed when another upload needs its room; only then, not on start or
+# by age alone, because until the room is needed it costs nothing and lets a deployment resume.
+STALE_PARTIAL_S = 600.0
 
 
 class BlobError(FleetguiError):
     """A shard file could not be stored or does not match its hash."""
+
+
+class DiskFullError(BlobError):
+    """The cache's disk has no room for (the rest of) a shard file: the worker's problem to
+    fix by freeing space, not a fault of the request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +89,10 @@ class BlobStore:
             folder.mkdir(parents=True, exist_ok=True)
         self._verified_path = self.root / VERIFIED_FILE
         self._verified = self._load_verified()
+        # sha256 -> announced size of each partial file this process receives: what is still to
+        # come for it is held back from the free space every other upload is checked against.
+        # A partial from before a restart holds nothing until its upload resumes.
+        self._announced: dict[str, int] = {}
 
     # -- verification stamps ------------------------------------------------------------------
 
@@ -116,8 +136,68 @@ class BlobStore:
 
     def received(self, sha256: str) -> int:
         """Bytes of the file received so far (0 if none): where a resumed upload starts."""
-        part = self.partial / f"{check_sha(sha256)}.part"
+        part = self._part(sha256)
         return part.stat().st_size if part.is_file() else 0
+
+    def _part(self, sha256: str) -> Path:
+        return self.partial / f"{check_sha(sha256)}.part"
+
+    def reserved(self, except_sha256: str = "") -> tuple[int, int]:
+        """Bytes still to come for the partial files being received (but ``except_sha256``),
+        and how many such files there are."""
+        total = count = 0
+        for sha, size in list(self._announced.items()):
+            try:
+                held = self._part(sha).stat().st_size
+            except OSError:  # finished, discarded or reclaimed meanwhile
+                self._announced.pop(sha, None)
+                continue
+            if sha != except_sha256:
+                total += max(0, size - held)
+                count += 1
+        return total, count
+
+    def _stale_partials(self, keep: str) -> list[Path]:
+        """Partial files (but ``keep``'s) untouched for :data:`STALE_PARTIAL_S`, oldest first."""
+        cutoff = time.time() - STALE_PARTIAL_S
+        found: list[tuple[float, Path]] = []
+        for part in self.partial.glob("*.part"):
+            try:
+                mtime = part.stat().st_mtime
+            except OSError:
+                continue
+            if part.stem != keep and mtime < cutoff:
+                found.append((mtime, part))
+        return [part for _, part in sorted(found)]
+
+    def _ensure_room(self, sha256: str, needed: int) -> None:
+        """Raise :class:`DiskFullError` unless ``needed`` more bytes of ``sha256`` fit on the
+        disk beside what the other uploads still need, after removing abandoned partials."""
+        stale: list[Path] | None = None  # looked for only when short of room
+        while True:
+            reserved, uploads = self.reserved(except_sha256=sha256)
+            free = shutil.disk_usage(self.root).free
+            if needed + reserved <= free:
+                return
+            if stale is None:
+                stale = self._stale_partials(keep=sha256)
+            if not stale:
+                break
+            part = stale.pop(0)
+            log.info("removing the abandoned partial upload %s to make room", part.name)
+            part.unlink(missing_ok=True)
+            self._announced.pop(part.stem, None)
+        held = (
+            f", {_size(reserved)} of it held for {uploads} other upload(s) in progress (an "
+            f"upload idle for {STALE_PARTIAL_S / 60:.0f} min gives up its room)"
+            if uploads
+            else ""
+        )
+        raise DiskFullError(
+            f"not enough disk for shard file {sha256[:12]}: {_size(needed)} still to come, "
+            f"{_size(free)} free in {self.root}{held}: free some space on the worker, then "
+            "deploy again"
+        )
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -135,14 +215,21 @@ class BlobStore:
             raise BlobError(f"chunk at offset {offset}, but {current} bytes are held: resume there")
         if current + len(data) > size:
             raise BlobError(f"chunk runs past the announced size {size}")
-        free = shutil.disk_usage(self.root).free
-        if offset == 0 and size > free:
-            raise BlobError(
-                f"not enough disk for a {size / 1e9:.2f} GB shard file "
-                f"({free / 1e9:.2f} GB free in {self.root}): free some space"
-            )
-        with open(self.partial / f"{sha256}.part", "ab") as handle:
-            handle.write(data)
+        # every chunk, not only the first: a resumed upload, or one whose disk something else
+        # filled meanwhile, is refused with the sizes instead of failing half-written
+        self._ensure_room(sha256, size - current)
+        self._announced[sha256] = size
+        try:
+            with open(self._part(sha256), "ab") as handle:
+                handle.write(data)
+        except OSError as exc:  # the check above raced with another writer on the disk
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DiskFullError(
+                f"the disk of {self.root} filled up while receiving shard file {sha256[:12]} "
+                f"({_size(self.received(sha256))} of {_size(size)} held): free some space on "
+                "the worker, then deploy again; the upload resumes where it stopped"
+            ) from exc
         return current + len(data)
 
     def finish(self, sha256: str, size: int) -> None:
@@ -152,6 +239,7 @@ class BlobStore:
         if held != size:
             raise BlobError(f"file {sha256[:12]} has {held} of {size} bytes")
         actual = sha256_file(part)
+        self._announced.pop(sha256, None)
         if actual != sha256:
             part.unlink()
             raise BlobError(
@@ -163,7 +251,8 @@ class BlobStore:
         self._remember(sha256, target)
 
     def discard_partial(self, sha256: str) -> None:
-        (self.partial / f"{check_sha(sha256)}.part").unlink(missing_ok=True)
+        self._part(sha256).unlink(missing_ok=True)
+        self._announced.pop(sha256, None)
 
     # -- stage folders ------------------------------------------------------------------------
 
@@ -190,3 +279,7 @@ class BlobStore:
             except OSError:
                 shutil.copyfile(source, target)
         return folder
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"

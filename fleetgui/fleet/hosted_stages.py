@@ -19,7 +19,13 @@ from typing import Any
 
 import openvino as ov
 
-from fleetgui.fleet.blob_store import BlobStore, WantedFile, check_relative, check_sha
+from fleetgui.fleet.blob_store import (
+    BlobError,
+    BlobStore,
+    WantedFile,
+    check_relative,
+    check_sha,
+)
 from fleetgui.runtime.loader import safe_stage_config
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
 from fleetgui.runtime.route import LocalRoute
@@ -114,6 +120,8 @@ class LoadSpec:
                 threads,
                 str(meta.get("precision", "auto")),
             )
+        except BlobError as exc:  # a file path outside the stage folder, a bad sha256
+            raise StageSpecError(str(exc)) from None
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, StageSpecError):
                 raise
