@@ -4,11 +4,14 @@ In a ring the coordinator sends one FORWARD to the first worker, each worker pas
 activations to the next, and the last one sends the head's RESULT back: N hops per request. In a
 hub every worker answers the coordinator, which sends the activations on: 2(N-1) hops.
 
-Failover: the route keeps each stream's token sequence as the stages hold it (rewinds applied).
-When a worker is lost, the waiting requests fail; the first of them asks ``recover`` for a new
-ring (a new epoch), and every stream then rebuilds its cache by replaying its tokens through the
-new ring before its request is run again. The caller sees the same results an uninterrupted run
-gives.
+Failover: the route keeps each stream's passes since its last reset (token ids, rewind,
+compaction). When a worker is lost, the waiting requests fail; the first of them asks
+``recover`` for a new ring (a new epoch), and every stream then rebuilds its cache by running
+its passes again, as they ran, through the new ring before its request is run again. The caller
+sees the same results an uninterrupted run gives: passes of other shapes compute with other
+rounding (with int8 activations, the CPU default for int8/int4 weights, replaying a reply's steps
+as one chunk changed the text after 5 of 8 failovers in ``benchmarks/soak_fleet.py``), so a
+replay costs one ring pass per step the stream took.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from fleetgui.fleet.forward_codec import (
     encode_forward,
     result_from_message,
@@ -34,8 +35,6 @@ from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.stage import SHORT_WORK_MS, ForwardRequest, ForwardResult, Stage
 
 log = logging.getLogger(__name__)
-
-REPLAY_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ Recover = Callable[[Exception], Awaitable[Ring]]
 
 @dataclass
 class _StreamRecord:
-    tokens: list[int] = field(default_factory=list)
+    passes: list[ForwardRequest] = field(default_factory=list)  # since the last reset, no head
     epoch: int = -1
 
 
@@ -69,7 +68,6 @@ class RouteConfig:
 
     forward_timeout_s: float = 120.0  # one request through the whole ring
     max_recoveries: int = 3  # per request
-    replay_chunk: int = REPLAY_CHUNK  # positions per replay message
     # the coordinator's one stage before the workers runs short passes on the event loop's
     # thread once one took at most this long (SHORT_WORK_MS; 0: always on its lane). Bench
     # Llama, coordinator + 1 worker, 2 streams: +9.5 %, +5.3 % and +7.9 % tok/s against 0 (15
@@ -146,10 +144,8 @@ class RingRoute(Route):
             ring = self.ring
             try:
                 if record.epoch != ring.epoch:
-                    base = record.tokens[: len(record.tokens) - request.rewind]
-                    await self._replay(ring, request.stream_id, base)
-                    record.tokens, record.epoch = base, ring.epoch
-                    request = replace(request, rewind=0, compact=False)
+                    await self._replay(ring, request.stream_id, record.passes)
+                    record.epoch = ring.epoch
                 result = await self._run_once(ring, request)
             except (WorkerLostError, RequestTimeoutError) as exc:
                 if self.recover is None or attempt == self.config.max_recoveries:
@@ -159,8 +155,7 @@ class RingRoute(Route):
                 except (WorkerLostError, RequestTimeoutError) as again:
                     log.warning("rebuilding the ring failed (%s); trying again", again)
                 continue
-            keep = len(record.tokens) - request.rewind
-            record.tokens = record.tokens[:keep] + [int(t) for t in request.payload[0]]
+            record.passes.append(replace(request, head=None))
             return result
         raise AssertionError("unreachable")
 
@@ -178,14 +173,19 @@ class RingRoute(Route):
                 "ring epoch %d ready in %.1f s", self.ring.epoch, time.perf_counter() - started
             )
 
-    async def _replay(self, ring: Ring, stream_id: int, tokens: list[int]) -> None:
+    async def _replay(self, ring: Ring, stream_id: int, passes: list[ForwardRequest]) -> None:
         for stage in ring.local:
             await stage.reset(stream_id)
-        chunk = self.config.replay_chunk
-        for start in range(0, len(tokens), chunk):
-            ids = np.array([tokens[start : start + chunk]], dtype=np.int64)
-            await self._run_once(ring, ForwardRequest(stream_id, ids))
-        log.info("stream %d: replayed %d tokens into epoch %d", stream_id, len(tokens), ring.epoch)
+        started = time.perf_counter()
+        for request in passes:
+            await self._run_once(ring, request)
+        log.info(
+            "stream %d: replayed %d passes into epoch %d in %.2f s",
+            stream_id,
+            len(passes),
+            ring.epoch,
+            time.perf_counter() - started,
+        )
 
     async def _run_once(self, ring: Ring, request: ForwardRequest) -> ForwardResult:
         compute: dict[int, float] = {}
@@ -255,7 +255,7 @@ class RingRoute(Route):
         for stage in self.ring.local:
             await stage.reset(stream_id)
         record = self._records.setdefault(stream_id, _StreamRecord())
-        record.tokens, record.epoch = [], self.ring.epoch
+        record.passes, record.epoch = [], self.ring.epoch
         await self._each_member(Op.RESET, stream_id)
 
     async def release(self, stream_id: int) -> None:
