@@ -539,6 +539,20 @@ def test_smollm2_answers_and_stops_at_its_end_of_turn_as_generate_chat_does(
                     **body,
                 )
             )
+        # a whole copy on each worker: two users at once, one on each copy, the same answer
+        copies = [*fleet, "--layout", "copies", "--max-streams", "2", "--api-key", KEY]
+        with serving(root / "smol-copies", smollm2, *copies) as served:
+            client = served.client()
+            with ThreadPoolExecutor(2) as pool:
+                answers = list(
+                    pool.map(
+                        lambda _: client.chat.completions.create(model=served.name, **body),
+                        range(2),
+                    )
+                )
+            health = served.health()
+    assert [a.choices[0].message.content for a in answers] == [want["text"]] * 2
+    assert health["stages"] == {"s1": 0, "s2": 0}  # by copy; both done and freed
     assert whole.choices[0].message.content == want["text"] == text
     assert whole.choices[0].finish_reason == "stop" == finish  # its <|im_end|>: "stop"
     prompt_tokens = len(Tokenizer(tokenizer_dir_of(smollm2)).encode(want["prompt"]))

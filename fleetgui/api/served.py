@@ -13,6 +13,7 @@ from fleetgui.runtime.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.replicas import ReplicatedPipeline
     from fleetgui.runtime.route import LocalRoute
 
 #: Streams each part of the pipeline holds right now, by name ("coordinator", a worker's name).
@@ -21,7 +22,7 @@ StageStreams = Callable[[], Awaitable[dict[str, int]]]
 
 @dataclass
 class ServedModel:
-    pipeline: Pipeline
+    pipeline: Pipeline | ReplicatedPipeline
     name: str
     speculative: bool = False  # PP+SD: every request decodes speculatively
     k: int | None = None  # draft tokens per round; None: auto
@@ -60,5 +61,14 @@ def fleet_stage_streams(session: FleetSession, timeout_s: float = 2.0) -> StageS
                 reply = await link.call(Message(Op.HEARTBEAT), timeout_s=timeout_s)
                 counts[link.name] = int(reply.meta.get("streams", 0))
         return counts
+
+    return count
+
+
+def replica_streams(pipeline: ReplicatedPipeline) -> StageStreams:
+    """Streams each replica of a replicated pipeline runs now, by replica name."""
+
+    async def count() -> dict[str, int]:
+        return pipeline.streams_by_replica()
 
     return count

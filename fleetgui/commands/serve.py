@@ -60,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"requests generating at once (default {MB_DEFAULT_STREAMS} in pp+mb and "
         "pp+sd+mb, else 1); up to 4N more wait",
     )
+    parser.add_argument(
+        "--layout",
+        choices=("pipeline", "copies"),
+        default="pipeline",
+        help="with --workers: one pipeline over this PC and the workers (default), or a whole "
+        "copy of the model on each worker, new requests going to the least loaded copy (for "
+        "models every worker can hold: no hop per token)",
+    )
     parser.add_argument("--model-name", metavar="NAME", help="the model's id (EXPORT_DIR's name)")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument(
@@ -85,11 +93,10 @@ def _k(text: str) -> int | None:
 
 async def _serve(args: argparse.Namespace) -> int:
     from fleetgui.api.keys import resolve_api_key
-    from fleetgui.api.served import ServedModel, fleet_stage_streams, local_stage_streams
+    from fleetgui.api.served import ServedModel
     from fleetgui.api.server import ApiServer, ServerConfig
-    from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+    from fleetgui.runtime.loader import LocalPipelineConfig
     from fleetgui.runtime.ov_stage import StageConfig
-    from fleetgui.runtime.route import LocalRoute
 
     speculative = is_speculative(args.mode)
     if speculative and args.draft is None:
@@ -106,17 +113,7 @@ async def _serve(args: argparse.Namespace) -> int:
     stage = StageConfig(threads=args.threads, precision=args.precision)
     local = LocalPipelineConfig(stage=stage, draft_stage=stage)
     draft = args.draft if speculative else None
-    session = None
-    if args.workers:
-        session = await _open_fleet(args, local)
-        pipeline = session.pipeline(draft_dir=draft)
-        counts = fleet_stage_streams(session)
-    else:
-        pipeline = await asyncio.to_thread(
-            load_local_pipeline, args.export_dir, draft_dir=draft, config=local
-        )
-        assert isinstance(pipeline.route, LocalRoute)
-        counts = local_stage_streams(pipeline.route)
+    pipeline, counts, session = await _open_pipeline(args, local, draft)
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None
     try:
@@ -142,6 +139,28 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _open_pipeline(args: argparse.Namespace, local: Any, draft: Any) -> tuple[Any, Any, Any]:
+    """The pipeline to serve, how to count its streams, and the fleet session it runs on (None
+    in this process, or for copies, which own theirs)."""
+    from fleetgui.api.served import fleet_stage_streams, local_stage_streams, replica_streams
+    from fleetgui.runtime.loader import load_local_pipeline
+    from fleetgui.runtime.route import LocalRoute
+
+    if args.workers and args.layout == "copies":
+        copies = await _open_copies(args, local, draft)
+        return copies, replica_streams(copies), None
+    if args.workers:
+        session = await _open_fleet(args, local)
+        return session.pipeline(draft_dir=draft), fleet_stage_streams(session), session
+    if args.layout != "pipeline":
+        raise FleetguiError("--layout copies places copies on workers: give --workers")
+    pipeline = await asyncio.to_thread(
+        load_local_pipeline, args.export_dir, draft_dir=draft, config=local
+    )
+    assert isinstance(pipeline.route, LocalRoute)
+    return pipeline, local_stage_streams(pipeline.route), None
+
+
 async def _until_stopped() -> None:
     """Wait for SIGINT or SIGTERM (Ctrl+C on Windows ends ``asyncio.run`` itself)."""
     stop = asyncio.Event()
@@ -153,17 +172,33 @@ async def _until_stopped() -> None:
     log.info("stopping the API server")
 
 
-async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
+def _fleet_config(args: argparse.Namespace, local: Any) -> tuple[Any, Any]:
+    """The coordinator's key pair and configuration for ``--workers``."""
     from fleetgui.fleet.coordinator import CoordinatorConfig
     from fleetgui.fleet.keys import coordinator_identity, load_identity
-    from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
 
-    addresses = parse_worker_list(args.workers)
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
     config = CoordinatorConfig(
         local=local, worker_threads=args.threads, worker_precision=args.precision
     )
-    return await open_fleet(args.export_dir, addresses, identity, config)
+    return identity, config
+
+
+async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
+    from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
+
+    identity, config = _fleet_config(args, local)
+    return await open_fleet(args.export_dir, parse_worker_list(args.workers), identity, config)
+
+
+async def _open_copies(args: argparse.Namespace, local: Any, draft: Any) -> Any:
+    from fleetgui.fleet.open_fleet import parse_worker_list, resolve_workers
+    from fleetgui.fleet.replicas import open_copies
+
+    identity, config = _fleet_config(args, local)
+    endpoints = await resolve_workers(parse_worker_list(args.workers))
+    copies = [[endpoint] for endpoint in endpoints]
+    return await open_copies(args.export_dir, copies, identity, config, draft_dir=draft)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,186 @@
+"""Several independent replicas of one model behind one pipeline: whole copies, or pipelines
+over disjoint groups of workers, each its own :class:`~fleetgui.fleet.coordinator.FleetSession`.
+
+When every PC can hold the model, a whole copy per PC serves users without paying a hop per
+token; users are spread over the copies. Each new stream goes to the replica with the fewest
+tokens still to generate (its streams' ``max_new_tokens`` less what they have produced), and
+stays there: its KV cache lives on that replica only.
+
+When a replica fails mid-reply (a worker lost and no spare in its group), the stream is run
+again from its prompt on another replica and the text already sent is not sent twice. An unseeded
+sampled stream is given a seed first, so a replay draws the same tokens; greedy streams replay
+identically anyway, since every replica computes with the same export and pass shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fleetgui.errors import FleetguiError
+from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.runtime.draft_source import DraftSource
+from fleetgui.runtime.metrics import MetricsBus
+from fleetgui.runtime.pipeline import (
+    GenerationError,
+    GenerationOptions,
+    GenerationResult,
+    Pipeline,
+    TokenDelta,
+)
+from fleetgui.runtime.speculative import Drafter
+from fleetgui.runtime.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class NoReplicaLeftError(FleetguiError):
+    """Every replica has failed; the message says which and why."""
+
+
+@dataclass
+class Replica:
+    """One independent copy or pipeline and the work it has in hand."""
+
+    name: str  # e.g. "a" for a copy on worker a, "a+b" for a pipeline over a and b
+    session: FleetSession
+    pipeline: Pipeline
+    outstanding: int = 0  # tokens its running streams may still generate
+    streams: int = 0  # streams running on it now
+    served: int = 0  # streams it has started, in all
+    failed: str | None = None  # why it stopped serving, or None
+
+
+class ReplicatedPipeline:
+    """Generates on the least loaded of several replicas (see module doc). Offers what callers
+    use of a :class:`~fleetgui.runtime.pipeline.Pipeline`: ``complete``, ``stream``,
+    ``tokenizer``, ``context_limit``, ``draft``, ``metrics`` and ``close``."""
+
+    def __init__(self, replicas: Sequence[Replica]) -> None:
+        if not replicas:
+            raise FleetguiError("a replicated pipeline needs at least one replica")
+        self.replicas = list(replicas)
+        first = self.replicas[0].pipeline
+        self.tokenizer: Tokenizer = first.tokenizer
+        self.context_limit: int = min(r.pipeline.context_limit for r in self.replicas)
+        self.draft: Drafter | None = (
+            first.draft if all(r.pipeline.draft for r in replicas) else None
+        )
+        self.metrics = MetricsBus()
+        for replica in self.replicas:  # one bus for the dashboard, whichever replica ran it
+            replica.pipeline.metrics.subscribe(self.metrics.emit)
+        self.replays = 0  # streams run again after their replica failed
+
+    def streams_by_replica(self) -> dict[str, int]:
+        """Streams running on each replica now (the dashboard's 'who serves what')."""
+        return {r.name: r.streams for r in self.replicas}
+
+    def _pick(self, exclude: set[str]) -> Replica:
+        usable = [r for r in self.replicas if r.failed is None and r.name not in exclude]
+        if not usable:
+            why = "; ".join(f"{r.name}: {r.failed or 'tried'}" for r in self.replicas)
+            raise NoReplicaLeftError(f"no replica of the model is left to serve: {why}")
+        return min(usable, key=lambda r: (r.outstanding, r.streams))
+
+    async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
+        """Generate a whole answer to ``prompt`` on one replica (another if it fails)."""
+        result: GenerationResult | None = None
+        async with contextlib.aclosing(self.stream(prompt, options)) as items:
+            async for item in items:
+                if isinstance(item, GenerationResult):
+                    result = item
+        if result is None:
+            raise RuntimeError("generation ended without a result")
+        return result
+
+    async def stream(
+        self, prompt: str, options: GenerationOptions
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
+        """Text deltas, then the result, as :meth:`Pipeline.stream` gives them; a replica that
+        fails mid-reply hands the stream to another, which replays it (see module doc)."""
+        if options.sampling.temperature > 0 and options.sampling.seed is None:
+            seed = secrets.randbits(63)  # so that a replay samples the same tokens
+            options = replace(options, sampling=replace(options.sampling, seed=seed))
+        sent = ""  # text the caller has had
+        tried: set[str] = set()
+        while True:
+            replica = self._pick(tried)
+            tried.add(replica.name)
+            replica.outstanding += options.max_new_tokens
+            replica.streams += 1
+            replica.served += 1
+            produced, text = 0, ""
+            try:
+                async with contextlib.aclosing(replica.pipeline.stream(prompt, options)) as items:
+                    async for item in items:
+                        if isinstance(item, GenerationResult):
+                            yield item
+                            return
+                        produced += len(item.token_ids)
+                        replica.outstanding -= len(item.token_ids)
+                        text += item.text
+                        if len(text) > len(sent):  # a replay sends only what is new
+                            if not text.startswith(sent):
+                                log.warning("replica %s replayed other text", replica.name)
+                            new, sent = text[len(sent) :], text
+                            yield TokenDelta(item.stream_id, new, item.token_ids)
+            except GenerationError:
+                raise  # the request itself is wrong: another replica would refuse it too
+            except FleetguiError as exc:
+                replica.failed = str(exc)
+                self.replays += 1
+                log.warning(
+                    "replica %s failed (%s); replaying the stream on another (%d characters sent)",
+                    replica.name,
+                    exc,
+                    len(sent),
+                )
+            finally:
+                replica.outstanding -= options.max_new_tokens - produced
+                replica.streams -= 1
+
+    async def close(self) -> None:
+        for replica in self.replicas:
+            with contextlib.suppress(Exception):
+                await replica.pipeline.close()
+            await replica.session.close()
+
+
+async def open_copies(
+    export_dir: Path,
+    groups: Sequence[Sequence[WorkerEndpoint]],
+    identity: KeyPair,
+    config: CoordinatorConfig | None = None,
+    *,
+    draft_dir: DraftSource | None = None,
+) -> ReplicatedPipeline:
+    """A replica per group of workers, each running every stage of ``export_dir`` (a group of
+    one worker is a whole copy; a larger one a pipeline over its workers, in order); this PC
+    runs none of them. Closes what it opened if any group fails to deploy."""
+    # this PC runs no stage, and does not take a lost group's stages over: another replica
+    # takes its streams instead
+    config = replace(config or CoordinatorConfig(), local_stages=0, local_failover=False)
+    replicas: list[Replica] = []
+    try:
+        for group in groups:
+            session = FleetSession(identity, config)
+            replica_name = "+".join(endpoint.name for endpoint in group)
+            try:
+                await session.connect(group)
+                await session.deploy(export_dir, order=[e.name for e in group])
+                pipeline = await session.open_pipeline(draft_dir=draft_dir)
+            except BaseException:
+                await session.close()
+                raise
+            replicas.append(Replica(replica_name, session, pipeline))
+    except BaseException:
+        await asyncio.gather(*(r.session.close() for r in replicas), return_exceptions=True)
+        raise
+    log.info("serving %s on %d replicas: %s", export_dir, len(replicas), [r.name for r in replicas])
+    return ReplicatedPipeline(replicas)
