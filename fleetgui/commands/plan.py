@@ -19,7 +19,10 @@ DESCRIPTION = (
     "DEVICES.json is a list of device profiles, the coordinator first: name, memory_bytes, "
     "ms_per_layer, disk_read_bytes_per_s, rtt_ms and bandwidth_bytes_per_s (to the "
     "coordinator). A HuggingFace model folder is planned at int4 weights, an export folder at "
-    "its own format."
+    "its own format. With --users N it chooses how the fleet serves N users at once: one "
+    "pipeline, several pipelines over disjoint groups of PCs, a whole copy per PC that can hold "
+    "one, or a mix, whichever gives the most tokens/s in all (every user above --floor where "
+    "some layout can), and lists the alternatives with their figures."
 )
 
 
@@ -36,12 +39,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--objective",
         choices=("latency", "throughput"),
-        default="latency",
+        default=None,
         help="minimise one user's time per token, or maximise tokens/s of all streams "
-        "(default: latency)",
+        "(default: latency; not with --users, which maximises tokens/s in all)",
     )
     parser.add_argument(
-        "--streams", type=int, default=1, metavar="S", help="sequences decoded at once (default 1)"
+        "--streams",
+        type=int,
+        default=None,
+        metavar="S",
+        help="sequences decoded at once through one pipeline (default 1; not with --users)",
+    )
+    parser.add_argument(
+        "--users",
+        type=int,
+        default=None,
+        metavar="N",
+        help="plan the layout for N users at once: pipelines, whole copies or a mix",
+    )
+    parser.add_argument(
+        "--floor",
+        type=float,
+        default=None,
+        metavar="TOK_S",
+        help="with --users: no user below TOK_S tokens/s where some layout can do that",
     )
     parser.add_argument(
         "--headroom-gb",
@@ -57,17 +78,43 @@ class PlanArgumentError(FleetguiError):
     """A ``fleetgui plan`` option has an impossible value."""
 
 
-def run(args: argparse.Namespace) -> int:
-    from fleetgui.planner import PlanConfig, load_devices, load_model_profile, solve
-
-    if args.streams < 1:
+def _check(args: argparse.Namespace) -> None:
+    if args.streams is not None and args.streams < 1:
         raise PlanArgumentError(f"--streams must be at least 1, got {args.streams}")
     if not args.headroom_gb >= 0:
         raise PlanArgumentError(f"--headroom-gb must be zero or more, got {args.headroom_gb}")
+    if args.users is None:
+        if args.floor is not None:
+            raise PlanArgumentError("--floor needs --users: it is the least tokens/s per user")
+        return
+    if args.users < 1:
+        raise PlanArgumentError(f"--users must be at least 1, got {args.users}")
+    if args.floor is not None and not args.floor > 0:
+        raise PlanArgumentError(f"--floor must be more than 0 tokens/s, got {args.floor}")
+    # each group of a layout is planned for its own users, for tokens/s in all
+    for option, value in (("--streams", args.streams), ("--objective", args.objective)):
+        if value is not None:
+            raise PlanArgumentError(
+                f"{option} does not go with --users (each group is planned "
+                "for the users it serves, for the most tokens/s in all)"
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fleetgui.planner import PlanConfig, load_devices, load_model_profile, solve
+    from fleetgui.planner.layouts import plan_layout
+
+    _check(args)
     devices = load_devices(args.devices)
-    model = load_model_profile(args.model, streams=args.streams)
-    config = PlanConfig(objective=args.objective, headroom_bytes=int(args.headroom_gb * 1e9))
+    model = load_model_profile(args.model, streams=args.streams or 1)
+    config = PlanConfig(
+        objective=args.objective or "latency", headroom_bytes=int(args.headroom_gb * 1e9)
+    )
     log.info("planning %s on %d device(s)", model.describe(), len(devices))
+    if args.users is not None:
+        layout = plan_layout(devices, model, config, users=args.users, floor_tok_s=args.floor)
+        print(json.dumps(layout.to_json_dict(), indent=2) if args.json else layout)
+        return 0
     plan = solve(devices, model, config)
     if args.json:
         print(json.dumps(plan.to_json_dict(), indent=2))

@@ -25,6 +25,10 @@ in ``T`` only.
 Memory of a device: its layers' weights and KV cache (context x streams), the embedding on the
 coordinator, the lm_head on the last device, plus the runtime; it must stay within
 ``memory_bytes - headroom``.
+
+Several independent groups serving users side by side (pipelines over disjoint PCs, or whole
+copies), and a group that does not hold the coordinator, are costed with these functions in
+:mod:`fleetgui.planner.groups`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """Model shapes and fleets for examples, tests and benchmarks of the planner.
 
-The models are profiles only (no weights): the shapes of Llama-3-8B and Llama-3-70B class models.
-Device speeds are per layer of the model they are used with, at int4.
+The models are profiles only (no weights): the shapes of Llama-3-8B and Llama-3-70B class models,
+and of SmolLM2-135M (the real model the fleet is measured with). Device speeds are per layer of the
+model they are used with, at int4.
 """
 
 from __future__ import annotations
 
 import random
 
-from fleetgui.planner.model_profile import ModelProfile
+from fleetgui.planner.model_profile import ModelProfile, config_parameters
 from fleetgui.planner.profiles import DeviceProfile
 
 GB = 1_000_000_000
@@ -52,6 +53,42 @@ def llama_70b_like(
         context_length=context,
         streams=streams,
     )
+
+
+def smollm2_135m_like(
+    streams: int = 1, weight_format: str = "int4", context: int = 4096
+) -> ModelProfile:
+    """SmolLM2-135M's shape: 30 layers of 3.5M parameters, 3 KV heads of 64, hidden 576, a 49152
+    vocabulary whose tied embedding the last stage holds a copy of (lm_head ~8 layers' worth)."""
+    config = {
+        "hidden_size": 576,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+    }
+    layer, embedding, lm_head = config_parameters(config)
+    return ModelProfile(
+        model_id="smollm2-135m-like@example",
+        n_layers=30,
+        weight_format=weight_format,
+        layer_parameters=layer,
+        embedding_parameters=embedding,
+        lm_head_parameters=lm_head,
+        kv_elements_per_token_per_layer=2 * 3 * 64,
+        hidden_size=576,
+        vocab_size=49152,
+        context_length=context,
+        streams=streams,
+    )
+
+
+# One core of the 2-core test VM running SmolLM2-135M at int4: two llama.cpp processes, each a
+# whole copy on its own core, made ~155 tokens/s in all, so ~12.9 ms a token over 30 layers and
+# an lm_head of ~8 layers' worth. A coordinator and a worker on loopback spent 1.74 ms a token
+# on the ring besides compute (docs/performance.md, "Fleet on loopback"): the link's round trip.
+ONE_CORE_SMOLLM2_MS_PER_LAYER = 1000.0 / 77.5 / 38.0
+LOOPBACK = {"rtt_ms": 1.74, "mbit_s": 8000.0}
 
 
 def device(

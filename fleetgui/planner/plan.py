@@ -135,21 +135,28 @@ class Plan:
             "predicted_tokens_per_s": round(self.predicted_tokens_per_s, 4),
         }
 
-    def table_lines(self) -> list[str]:
-        """A readable table: which PC gets which layers, memory, time, who was left out."""
+    def stage_lines(self, indent: str = "  ") -> list[str]:
+        """The table's header and one row per stage: device, layers, memory, compute, hops."""
         lines = [
-            f"Plan for {self.model_id} ({self.weight_format} weights, {self.context_length} "
-            f"tokens x {self.streams} stream(s), objective: {self.objective})",
-            f"  {'#':>2}  {'device':<20} {'layers':>9} {'memory':>9} {'compute':>10} "
-            f"{'hops':>9} {'load':>7}",
+            f"{indent}{'#':>2}  {'device':<20} {'layers':>9} {'memory':>9} {'compute':>10} "
+            f"{'hops':>9} {'load':>7}"
         ]
         for index, s in enumerate(self.stages):
             layers = f"{s.shard.start_layer}:{s.shard.end_layer}"
             hops = s.hop_in_ms + s.hop_out_ms
             lines.append(
-                f"  {index:>2}  {s.device:<20} {layers:>9} {s.memory_bytes / GB:>6.2f} GB "
+                f"{indent}{index:>2}  {s.device:<20} {layers:>9} {s.memory_bytes / GB:>6.2f} GB "
                 f"{s.compute_ms:>7.2f} ms {hops:>6.2f} ms {s.load_s:>5.1f} s"
             )
+        return lines
+
+    def table_lines(self) -> list[str]:
+        """A readable table: which PC gets which layers, memory, time, who was left out."""
+        lines = [
+            f"Plan for {self.model_id} ({self.weight_format} weights, {self.context_length} "
+            f"tokens x {self.streams} stream(s), objective: {self.objective})",
+            *self.stage_lines(),
+        ]
         lines.append(
             f"Predicted: {self.predicted_ms_per_token:.2f} ms/token for one user, "
             f"{self.predicted_tokens_per_s:.1f} tokens/s with {self.streams} stream(s) "

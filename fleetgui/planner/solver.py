@@ -64,6 +64,33 @@ def _reason(problem: Problem, device: int, best: Choice) -> str:
     )
 
 
+def _solve(
+    devices: Sequence[DeviceProfile], model: ModelProfile, config: PlanConfig
+) -> tuple[Plan | None, float]:
+    """The best plan (None if nothing fits) and the seconds the search took."""
+    started = time.perf_counter()
+    problem = build_problem(devices, model, config)
+    choice, solver = _search(problem)
+    if choice is None:
+        return None, time.perf_counter() - started
+    unused = [d for d in range(len(problem.devices)) if choice.counts[d] == 0]
+    left_out = sorted(
+        (LeftOut(problem.devices[d].name, _reason(problem, d, choice)) for d in unused),
+        key=lambda x: x.device,
+    )
+    plan = problem.plan(choice, left_out, solver if len(choice.members) > 1 else "single")
+    return plan, time.perf_counter() - started
+
+
+def try_solve(
+    devices: Sequence[DeviceProfile], model: ModelProfile, config: PlanConfig | None = None
+) -> Plan | None:
+    """:func:`solve`, but None when nothing fits: cheap enough to call for many candidate groups
+    (it does not search for the weight format or context that would fit)."""
+    plan, _ = _solve(devices, model, config or PlanConfig())
+    return plan
+
+
 def solve(
     devices: Sequence[DeviceProfile], model: ModelProfile, config: PlanConfig | None = None
 ) -> Plan:
@@ -72,24 +99,15 @@ def solve(
     Raises :class:`NoPlanFitsError` when no assignment fits in memory.
     """
     config = config or PlanConfig()
-    started = time.perf_counter()
-    problem = build_problem(devices, model, config)
-    choice, solver = _search(problem)
-    if choice is None:
+    plan, solved = _solve(devices, model, config)
+    if plan is None:
         raise NoPlanFitsError(no_fit_message(devices, model, config))
-    solved = time.perf_counter() - started
-    unused = [d for d in range(len(problem.devices)) if choice.counts[d] == 0]
-    left_out = sorted(
-        (LeftOut(problem.devices[d].name, _reason(problem, d, choice)) for d in unused),
-        key=lambda x: x.device,
-    )
-    plan = problem.plan(choice, left_out, solver if len(choice.members) > 1 else "single")
     log.info(
         "planned %s on %d of %d devices (%s, %.3f s): %.2f ms/token, %.1f tokens/s",
         model.model_id,
         len(plan.stages),
         len(devices),
-        solver,
+        plan.solver,
         solved,
         plan.predicted_ms_per_token,
         plan.predicted_tokens_per_s,
