@@ -16,7 +16,6 @@ from fleetgui.logging_setup import LEVELS, configure_logging
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 

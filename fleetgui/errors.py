@@ -3,7 +3,3 @@
 
 class FleetguiError(Exception):
     """A failure the user can act on; the CLI prints its message without a traceback."""
-
-
-class NotAvailableError(FleetguiError):
-    """A command or option that this version of fleetgui does not provide yet."""

@@ -102,10 +102,6 @@ class Conversation:
             self.title = first_line[:TITLE_CHARS] or "New chat"
         return len(self.messages) - 1
 
-    def replace_last(self, message: Message) -> None:
-        self.messages[-1] = message
-        self.updated = time.time()
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT_VERSION,

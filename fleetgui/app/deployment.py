@@ -30,7 +30,6 @@ from PySide6.QtCore import QObject, Signal
 from fleetgui.app.deployer import (
     DeployCancelledError,
     Deployer,
-    DeployProgress,
     DeployRequest,
     DeviceSource,
     MeasuredDevices,
@@ -353,7 +352,3 @@ class DeploymentController(QObject):
         if not holds:
             log.info("the previewed plan no longer holds; planning again")
         return holds
-
-    def report_progress(self, progress: DeployProgress) -> None:
-        """For deployers that report from elsewhere: re-emit ``progress``."""
-        self.deploy_progress.emit(progress)

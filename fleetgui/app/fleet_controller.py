@@ -68,7 +68,6 @@ class KnownWorker:
     host: str
     port: int
     manual: bool = False  # the user added it (kept in workers.json)
-    discovered: bool = False  # advertised on the LAN
     info: WorkerInfo | None = None  # its last info record
     paired: bool | None = None  # trusts this coordinator; None: not checked since last seen
     hello: dict[str, Any] = field(default_factory=dict)  # its HELLO reply
@@ -288,13 +287,11 @@ class FleetController(QObject):
     def _on_discovered(self, event: DiscoveryEvent, info: WorkerInfo) -> None:
         worker = self._worker(info.host, info.port)
         if event is DiscoveryEvent.REMOVED:
-            worker.discovered = False
             if not worker.manual and info.name not in self._session_states:
                 self._workers.pop(worker.address, None)
                 if worker.row is not None:
                     self.fleet.remove(worker.row)
             return
-        worker.discovered = True
         task = asyncio.get_running_loop().create_task(self._refresh_one(worker))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

@@ -18,7 +18,6 @@ from fleetgui.app.deployer import (
 from fleetgui.app.local_pc import coordinator_name, coordinator_profile
 from fleetgui.planner import DeviceProfile
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
-from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -77,9 +76,3 @@ class LocalDeviceSource(DeviceSource):
         if self.measured_ms_per_layer:
             profile = replace(profile, ms_per_layer=self.measured_ms_per_layer)
         return [profile]
-
-
-def single_thread_config() -> LocalPipelineConfig:
-    """One OpenVINO thread per stage: what tests and small machines use."""
-    stage = StageConfig(threads=1)
-    return LocalPipelineConfig(stage=stage, draft_stage=stage)

@@ -66,16 +66,6 @@ class StageChain:
         self.mask = []
         self.next_position = 0
 
-    def rewind_masked(self, n_positions: int) -> None:
-        """Mask out the last ``n_positions`` KV entries and move the position back (the paper's
-        mask-based rewind: the entries stay in the cache, attention ignores them)."""
-        if not 0 <= n_positions <= self.next_position:
-            raise ValueError(f"cannot rewind {n_positions} of {self.next_position} positions")
-        live = [i for i, m in enumerate(self.mask) if m]
-        for index in live[len(live) - n_positions :]:
-            self.mask[index] = 0
-        self.next_position -= n_positions
-
     def forward(self, token_ids: list[int]) -> StepOutput:
         """Feed ``token_ids`` (prompt chunk or decode tokens) through every stage."""
         n = len(token_ids)

@@ -103,11 +103,6 @@ def _layer_type(node: ov.Node) -> str:
     return str(info["layerType"].astype(str)) if "layerType" in info else ""
 
 
-def runtime_layer_types(compiled: ov.CompiledModel) -> list[str]:
-    """The plugin's node types (``layerType`` runtime info) of a compiled model, in graph order."""
-    return [_layer_type(op) for op in compiled.get_runtime_model().get_ordered_ops()]
-
-
 def fused_attention_nodes(compiled: ov.CompiledModel) -> int:
     """How many attention nodes the plugin fused with their stateful KV cache.
 

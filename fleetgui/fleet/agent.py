@@ -119,7 +119,6 @@ class WorkerAgent:
         self._next: SecureClient | None = None
         self._compute = asyncio.Lock()  # one stage computation at a time, in arrival order
         self._tasks: set[asyncio.Task[None]] = set()
-        self._loading: asyncio.Task[None] | None = None
         self.forwards = 0
         self._handlers: dict[Op, Callable[[Incoming], Coroutine[Any, Any, None]]] = {
             Op.FORWARD: self._forward,
