@@ -345,6 +345,10 @@ def test_pair_a_worker_with_the_code_it_shows(
     view, window = app.window.fleet_view, app.window
     code = workers["newpc"].code  # type: ignore[attr-defined]
     assert code
+    # its own setup (the first test adds it too; adding an address again is harmless)
+    view.address.setText(workers["newpc"].address)
+    view.address.returnPressed.emit()
+    qtbot.waitUntil(lambda: status_of(window, "newpc").startswith("not paired"), timeout=TIMEOUT_MS)
     table = view.table
     row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "newpc")
     table.selectRow(row)

@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument("--workers", metavar="HOST:PORT,...", help="run stages 1.. on workers")
     parser.add_argument("--identity", type=Path, metavar="DIR", help="coordinator key pair")
+    parser.add_argument(
+        "--no-local-failover",
+        dest="local_failover",
+        action="store_false",
+        help="when workers are lost and those left cannot take their stages, end with an error "
+        "instead of running the stages on this PC",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON objects, one a line")
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
@@ -115,6 +122,26 @@ def result_record(result: Any, speculative: bool) -> dict[str, Any]:
     return record
 
 
+class _AnswerText:
+    """One answer's text printed as its tokens come (when ``enabled``)."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.printed = False
+
+    def write(self, text: str) -> None:
+        if self.enabled and text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            self.printed = True
+
+    def cut(self) -> None:
+        """An error ended the answer: end its line, so the error starts on a line of its own."""
+        if self.printed:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+
 async def _generate(args: argparse.Namespace) -> int:
     from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
     from fleetgui.runtime.ov_stage import StageConfig
@@ -138,16 +165,15 @@ async def _generate(args: argparse.Namespace) -> int:
     semaphore = asyncio.Semaphore(streams)
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)
-    stream_text = not args.json and len(args.prompt) == 1
+    answer = _AnswerText(enabled=not args.json and len(args.prompt) == 1)
 
     async def one(index: int, prompt: str) -> None:
         async with semaphore:
             async for item in pipeline.stream(prompt, options):
                 if hasattr(item, "finish_reason"):
                     results[index] = item
-                elif stream_text:
-                    sys.stdout.write(item.text)
-                    sys.stdout.flush()
+                else:
+                    answer.write(item.text)
 
     started = time.perf_counter()
     try:
@@ -158,6 +184,9 @@ async def _generate(args: argparse.Namespace) -> int:
         else:
             for i, prompt in enumerate(prompts):
                 await one(i, prompt)
+    except BaseException:
+        answer.cut()
+        raise
     finally:
         await pipeline.close()
         if session is not None:
@@ -194,7 +223,10 @@ async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
     addresses = parse_worker_list(args.workers)
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
     config = CoordinatorConfig(
-        local=local, worker_threads=args.threads, worker_precision=args.precision
+        local=local,
+        worker_threads=args.threads,
+        worker_precision=args.precision,
+        local_failover=args.local_failover,
     )
     return await open_fleet(args.export_dir, addresses, identity, config)
 

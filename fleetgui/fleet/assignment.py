@@ -9,7 +9,7 @@ ring visits workers in order. The coordinator runs the first stage(s).
 * :func:`failover_assignment` moves a lost worker's stages with as little reloading as
   possible: to a spare that has the memory, else to a neighbour that has it, else to the
   coordinator; if nobody has the memory it says which layers have nowhere to go and how much
-  memory is missing.
+  memory is missing. :func:`failover_all` does it for several workers lost at once.
 """
 
 from __future__ import annotations
@@ -79,6 +79,37 @@ def _bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
 def _layer_text(units: Sequence[StageUnit], indices: Sequence[int]) -> str:
     by_index = {u.index: u for u in units}
     return f"layers {by_index[indices[0]].start_layer}-{by_index[indices[-1]].end_layer - 1}"
+
+
+def need_bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
+    """Memory a PC needs to run the stages ``indices`` (weights plus overhead)."""
+    return _bytes(units, indices)
+
+
+def stages_text(units: Sequence[StageUnit], indices: Sequence[int]) -> str:
+    """How a message names stages: ``stage 2 (layers 4-5)``, ``stages 1-2 (layers 2-5)``;
+    ``stages 1, 3 (...)`` when they are not consecutive."""
+    ordered = sorted(indices)
+    if len(ordered) == 1:
+        numbers = f"stage {ordered[0]}"
+    elif ordered == list(range(ordered[0], ordered[-1] + 1)):
+        numbers = f"stages {ordered[0]}-{ordered[-1]}"
+    else:
+        numbers = "stages " + ", ".join(str(i) for i in ordered)
+    by_index = {u.index: u for u in units}
+    layers = sorted(
+        layer for i in ordered for layer in range(by_index[i].start_layer, by_index[i].end_layer)
+    )
+    if layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{numbers} (layers {layers[0]}-{layers[-1]})"
+    return numbers
+
+
+def size_text(n_bytes: int) -> str:
+    """``1.25 GB``, or ``3.2 MB`` below a tenth of a GB (a tiny stage is not ``0.00 GB``)."""
+    if n_bytes >= GB / 10:
+        return f"{n_bytes / GB:.2f} GB"
+    return f"{n_bytes / 1e6:.1f} MB"
 
 
 def initial_assignment(
@@ -174,6 +205,57 @@ def failover_assignment(
         f"({(need - best_free) / GB:.2f} GB missing). Add a PC, or export with smaller weights "
         "(--weights int4)."
     )
+
+
+class UnplacedStagesError(AssignmentError):
+    """:func:`failover_all` found no place for ``stages``; ``free_bytes`` is what each live
+    worker had left for them, ``coordinator_free_bytes`` what the coordinator had (None: it
+    could not take them, as they do not follow its own)."""
+
+    def __init__(
+        self,
+        message: str,
+        stages: Sequence[int],
+        free_bytes: dict[str, int],
+        coordinator_free_bytes: int | None,
+    ) -> None:
+        super().__init__(message)
+        self.stages = tuple(sorted(stages))
+        self.free_bytes = dict(free_bytes)
+        self.coordinator_free_bytes = coordinator_free_bytes
+
+
+def failover_all(
+    current: Assignment,
+    units: Sequence[StageUnit],
+    lost: Sequence[str],
+    free_bytes: dict[str, int],
+    *,
+    coordinator_free_bytes: int = 0,
+) -> Assignment:
+    """``current`` without every worker in ``lost`` (in that order, each as by
+    :func:`failover_assignment`). Whoever takes stages has that much less memory for the next
+    lost worker's, so two losses at once cannot both be given the same free memory. Raises
+    :class:`UnplacedStagesError` with the stages that have nowhere to go: the first that found
+    no place and those of every lost worker after it."""
+    free = dict(free_bytes)
+    here = coordinator_free_bytes
+    for position, name in enumerate(lost):
+        moving = current.indices_of(name)
+        try:
+            after = failover_assignment(current, units, name, free, coordinator_free_bytes=here)
+        except AssignmentError as exc:
+            unplaced = [*moving, *(i for n in lost[position + 1 :] for i in current.indices_of(n))]
+            eligible = bool(current.members) and current.members[0].name == name
+            raise UnplacedStagesError(str(exc), unplaced, free, here if eligible else None) from exc
+        need = _bytes(units, moving)
+        for member in after.members:
+            if len(member.indices) > len(current.indices_of(member.name)):
+                free[member.name] = free.get(member.name, 0) - need
+        if len(after.local) > len(current.local):
+            here -= need
+        current = after
+    return current
 
 
 def assignment_from_plan(

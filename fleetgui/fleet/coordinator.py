@@ -32,8 +32,12 @@ from fleetgui.fleet.assignment import (
     Assignment,
     Member,
     StageUnit,
-    failover_assignment,
+    UnplacedStagesError,
+    failover_all,
     initial_assignment,
+    need_bytes,
+    size_text,
+    stages_text,
 )
 from fleetgui.fleet.deploy import ProgressCallback, load_stages
 from fleetgui.fleet.keys import KeyPair
@@ -78,6 +82,9 @@ class CoordinatorConfig:
     worker_threads: int = 0  # asked of workers; a worker's own --threads wins
     worker_precision: str = "auto"
     rejoin_interval_s: float = 2.0  # how often a lost worker is tried again
+    # when no worker left can take a lost worker's stages, this PC runs them if its free memory
+    # allows; off, the generation ends with an error instead (a PC that must stay responsive)
+    local_failover: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,21 @@ class WorkerLinkStatus:
 
 
 FleetEvent = Callable[[str, str, str], None]  # (worker name, status, reason)
+
+
+class FleetTooSmallError(FleetguiError):
+    """Workers were lost and what is left cannot run every stage: the generation ends here
+    rather than run an incomplete ring. The message names who was lost, which stages have no
+    place and what to do."""
+
+    def __init__(self, message: str, lost: Sequence[str], stages: Sequence[int]) -> None:
+        super().__init__(message)
+        self.lost = tuple(lost)  # every worker of the session that is lost now, in ring order
+        self.stages = tuple(stages)  # the stages nobody left can run
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 class FleetSession:
@@ -353,36 +375,71 @@ class FleetSession:
     # -- failover -----------------------------------------------------------------------------
 
     async def recover(self, exc: Exception) -> Ring:
-        """Move the stages of every lost ring member and set up a new ring epoch."""
+        """Move the stages of every lost ring member and set up a new ring epoch; raise
+        :class:`FleetTooSmallError` when what is left cannot run them all."""
         if self.assignment is None:
             raise FleetguiError("nothing deployed") from exc
-        assignment = self.assignment
-        lost = [m.name for m in assignment.members if self.links[m.name].lost]
+        lost = [m.name for m in self.assignment.members if self.links[m.name].lost]
         if not lost and isinstance(exc, WorkerLostError) and exc.worker in self.links:
             lost = [exc.worker] if self.links[exc.worker].lost else []
-        for name in lost:
-            free = {
-                n: int(link.last_status.get("free_ram_bytes", 0))
-                for n, link in self.links.items()
-                if not link.lost
-            }
-            assignment = failover_assignment(
-                assignment,
-                self._units(),
-                name,
-                free,
-                coordinator_free_bytes=int(psutil.virtual_memory().available),
-            )
-            self.failovers.append(name)
         # self.assignment stays the last layout that ran (complete) until a new one runs, so a
-        # retry after a second loss starts from it; whoever dropped out reloads if used again
+        # retry after a second loss starts from it; whoever dropped out reloads if used again,
+        # also when nobody could take its stages and it is back (restarted, nothing loaded)
         self._dropped.update(lost)
+        assignment = self._fail_over(self.assignment, lost)
         await self._apply(assignment, None)
+        self.failovers.extend(lost)  # once the new layout runs: a failed attempt is retried
         if self.ring is None:
             raise FleetguiError("the ring could not be rebuilt")
         if self.replanner is not None and lost:
             self._start_replan(self._replan_after_loss(lost))
         return self.ring
+
+    def _fail_over(self, assignment: Assignment, lost: Sequence[str]) -> Assignment:
+        """``assignment`` without the ``lost`` workers, their stages moved to whoever has the
+        memory (this PC too, if local failover is on)."""
+        free = {
+            n: int(link.last_status.get("free_ram_bytes", 0))
+            for n, link in self.links.items()
+            if not link.lost
+        }
+        here = int(psutil.virtual_memory().available) if self.config.local_failover else 0
+        try:
+            return failover_all(assignment, self._units(), lost, free, coordinator_free_bytes=here)
+        except UnplacedStagesError as exc:
+            raise self._too_small(lost, exc) from exc
+
+    def _too_small(self, lost: Sequence[str], exc: UnplacedStagesError) -> FleetTooSmallError:
+        """The error when what is left cannot run ``exc.stages``, naming every worker lost by
+        now, not only ``lost`` (stages moved on earlier may have been lost with their new
+        host)."""
+        units = self._units()
+        gone = [n for n in self.order if n in self.links and self.links[n].lost] or list(lost)
+        left = [n for n in self.order if n in self.links and not self.links[n].lost]
+        unplaced, free = exc.stages, exc.free_bytes
+        need = need_bytes(units, unplaced)
+        if not left:
+            room = "no worker is left"
+        elif len(left) == 1:
+            room = f"worker {left[0]} has {size_text(max(0, free.get(left[0], 0)))} free"
+        else:
+            best = max(left, key=lambda n: free.get(n, 0))
+            room = (
+                f"the most any of workers {_and(left)} has free is "
+                f"{size_text(max(0, free.get(best, 0)))}"
+            )
+        if not self.config.local_failover:
+            room += ", and this PC is set not to take them (--no-local-failover)"
+        elif exc.coordinator_free_bytes is not None:
+            room += f", and this PC has {size_text(max(0, exc.coordinator_free_bytes))} free"
+        workers = "worker" if len(gone) == 1 else "workers"
+        verb = "was" if len(gone) == 1 else "were"
+        message = (
+            f"{workers} {_and(gone)} {verb} lost, and what is left cannot run "
+            f"{stages_text(units, unplaced)}, which need {size_text(need)}: {room}. "
+            f"Restart {_and(gone)} or add a worker, then try again."
+        )
+        return FleetTooSmallError(message, gone, unplaced)
 
     # -- re-planning --------------------------------------------------------------------------
 
