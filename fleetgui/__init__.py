@@ -1,11 +1,37 @@
 """fleetgui: turn a fleet of Intel AI PCs into one private LLM server.
 
-A HuggingFace decoder model is split by layer into per-stage OpenVINO shards, the shards are
-spread over the PCs of a fleet, and the coordinator drives them as one pipeline.
+A decoder model is split by layer into per-stage OpenVINO shards, the shards are spread over
+the PCs of a fleet, and the coordinator drives them as one pipeline. From Python::
+
+    import fleetgui
+
+    with fleetgui.open("shards/llama8b", workers=["192.168.1.20:5555"]) as llm:
+        print(llm.generate("def quicksort(items):", max_new_tokens=64))
+
+See :func:`open`, :class:`LLMPipeline` and :class:`GenerationConfig`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from fleetgui.shard import Shard
 
+if TYPE_CHECKING:
+    from fleetgui.front_door import GenerationConfig, LLMPipeline, aopen, open
+
 __version__ = "0.1.0"
 
-__all__ = ["Shard", "__version__"]
+__all__ = ["GenerationConfig", "LLMPipeline", "Shard", "__version__", "aopen", "open"]
+
+_FRONT_DOOR = {"GenerationConfig", "LLMPipeline", "aopen", "open"}
+
+
+def __getattr__(name: str) -> Any:
+    # the front door imports OpenVINO and the fleet only when used: a worker imports fleetgui
+    # and must stay lean
+    if name in _FRONT_DOOR:
+        from fleetgui import front_door
+
+        return getattr(front_door, name)
+    raise AttributeError(f"module 'fleetgui' has no attribute {name!r}")

@@ -1,0 +1,120 @@
+"""The Python front door, ``fleetgui.open``: on this PC and on two real workers the same greedy
+text as the runtime's own pipeline, streamed text equal to the whole answer, the stream limit
+held inside, clear errors, and the README's Python example run as written on a tiny export."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fleet_support import coordinator_identity, running_workers
+from runtime_support import export
+
+import fleetgui
+from fleetgui.errors import FleetguiError
+from fleetgui.runtime.loader import load_local_pipeline
+from fleetgui.runtime.pipeline import GenerationOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "def add(a, b):\n    return"
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(tiny_models("llama"), tmp_path_factory.mktemp("front") / "llama-2s", stages=2)
+
+
+def reference(export_dir: Path, n: int) -> str:
+    async def main() -> str:
+        pipeline = load_local_pipeline(export_dir)
+        try:
+            return (await pipeline.complete(PROMPT, GenerationOptions(max_new_tokens=n))).text
+        finally:
+            await pipeline.close()
+
+    return asyncio.run(main())
+
+
+def test_open_generates_and_streams_the_runtimes_greedy_text(tiny_export: Path) -> None:
+    want = reference(tiny_export, 24)
+    with fleetgui.open(tiny_export, precision="f32") as llm:
+        assert llm.generate(PROMPT, max_new_tokens=24) == want
+        assert "".join(llm.stream(PROMPT, max_new_tokens=24)) == want
+        config = fleetgui.GenerationConfig(temperature=0.8, top_p=0.9, seed=7, max_new_tokens=16)
+        assert llm.generate(PROMPT, config) == llm.generate(PROMPT, config)  # seeded: repeatable
+        hello = [{"role": "user", "content": "hi"}]
+        assert llm.chat(hello, max_new_tokens=4) == llm.chat(hello, max_new_tokens=4)
+        stopped = llm.stream(PROMPT, max_new_tokens=24)
+        next(stopped)
+        stopped.close()  # leaving early frees the stream: the next answer is whole
+        assert llm.generate(PROMPT, max_new_tokens=24) == want
+
+
+def test_at_most_max_streams_generate_at_once(tiny_export: Path) -> None:
+    with fleetgui.open(tiny_export, max_streams=1, precision="f32") as llm:
+        runtime = llm._runtime
+        active, most = [0], [0]
+        original = runtime.complete
+
+        async def counted(prompt: str, options: GenerationOptions) -> object:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+            try:
+                await asyncio.sleep(0.05)
+                return await original(prompt, options)
+            finally:
+                active[0] -= 1
+
+        runtime.complete = counted
+        threads = [
+            threading.Thread(target=llm.generate, args=(PROMPT,), kwargs={"max_new_tokens": 4})
+            for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert most[0] == 1
+
+
+def test_bad_arguments_get_clear_errors(tiny_export: Path, tmp_path: Path) -> None:
+    with pytest.raises(FleetguiError, match="max_streams must be at least 1"):
+        fleetgui.open(tiny_export, max_streams=0)
+    with pytest.raises(FleetguiError, match="layout='copies' puts a copy on each worker"):
+        fleetgui.open(tiny_export, layout="copies")
+    with fleetgui.open(tiny_export, precision="f32") as llm:
+        with pytest.raises(FleetguiError, match="not a GenerationConfig field"):
+            llm.generate(PROMPT, max_tokens=4)
+        with pytest.raises(FleetguiError, match="temperature"):
+            llm.generate(PROMPT, temperature=-1.0)
+
+
+def test_open_on_two_workers_gives_the_same_text(tiny_export: Path, tmp_path: Path) -> None:
+    want = reference(tiny_export, 24)
+    coordinator = tmp_path / "coordinator"
+    identity = coordinator_identity(coordinator)
+    keys = tmp_path / "authorized_keys"
+    keys.write_text(f"{identity.public} test\n")
+    with running_workers(tmp_path / "fleet", ["a", "b"], keys) as workers:
+        addresses = [w.address for w in workers]
+        options = {"identity": coordinator, "precision": "f32"}
+        with fleetgui.open(tiny_export, workers=addresses[:1], **options) as llm:
+            assert llm.generate(PROMPT, max_new_tokens=24) == want
+        with fleetgui.open(tiny_export, workers=addresses, layout="copies", **options) as llm:
+            assert llm.generate(PROMPT, max_new_tokens=24) == want
+
+
+def test_the_readmes_python_example_runs(
+    tiny_export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- python-example -->\s*```python\n(.+?)\n```", readme, re.S)
+    assert match, "README has no Python example after <!-- python-example -->"
+    code = match.group(1)
+    assert len(code.splitlines()) <= 12 and '"shards/llama8b"' in code
+    exec(compile(code.replace('"shards/llama8b"', repr(str(tiny_export))), "README", "exec"), {})
+    assert capsys.readouterr().out.strip()  # it printed the chat reply and the two answers
