@@ -14,11 +14,21 @@ import pytest
 pytest.importorskip("PySide6")
 
 from fleetgui.app.export_job import default_export_dir
-from fleetgui.app.plan_preview import export_stages, in_plan_order, plan_assignment, rows_of
+from fleetgui.app.plan_preview import (
+    PreviewRequest,
+    copies_to_deploy,
+    export_stages,
+    in_plan_order,
+    layout_text,
+    plan_assignment,
+    preview_layout,
+    preview_plan,
+    rows_of,
+)
 from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest, StageEntry
 from fleetgui.fleet.assignment import StageUnit, initial_assignment
-from fleetgui.planner import ModelProfile, plan_fixed_stages
+from fleetgui.planner import ModelProfile, PlanConfig, plan_fixed_stages
 from fleetgui.planner.examples import device
 from fleetgui.planner.fixed_stages import plan_rows
 
@@ -94,3 +104,34 @@ def test_an_export_made_for_a_plan_gets_its_own_folder(tmp_path: Path) -> None:
     assert default_export_dir(Path("m/tiny"), "int4", 2, tmp_path, layers="0:1,1:4") == (
         tmp_path / "tiny-int4-2s-0-1-4"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "users", "workers", "copies"),
+    [
+        ("2 users, 2 workers: a copy on each", 2, 2, WORKERS[:2]),
+        ("1 user: one copy gains nothing, the pipeline is deployed", 1, 2, []),
+        ("2 users, 1 worker: one copy is no replica, the pipeline is deployed", 2, 1, []),
+    ],
+)
+def test_the_preview_layout_and_what_deploy_runs(
+    tmp_path: Path, name: str, users: int, workers: int, copies: list[str]
+) -> None:
+    """The layout is planned for the streams on the workers only (this PC routes tokens: the
+    app's copies run on workers), and Deploy runs copies only when there are several, for
+    several users, faster than the previewed pipeline."""
+    export = write_export(tmp_path / "exp", [(0, 2), (2, 4)])
+    devices = (device("here", 16, 20.0), *(device(n, 16, 1.0) for n in WORKERS[:workers]))
+    request = PreviewRequest(export, devices, PlanConfig(), streams=users)
+    plan, layout = preview_plan(request), preview_layout(request)
+    assert layout is not None and layout.users == users and "here" not in layout.devices
+    assert sorted(copies_to_deploy(plan, layout)) == copies, name
+    text = layout_text(plan, layout)
+    assert text.startswith("Layout for tiny") and f"for {users} user(s)" in text
+    last = text.splitlines()[-1]
+    if copies:
+        assert last.startswith(f"Deploy runs {len(copies)} whole copies, on ")
+    else:
+        assert last.startswith("Deploy runs the pipeline above (")
+    assert copies_to_deploy(plan, None) == () and layout_text(plan, None) == ""
+    assert preview_layout(PreviewRequest(export, devices[:1], PlanConfig())) is None

@@ -15,13 +15,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from fleetgui.errors import FleetguiError
 from fleetgui.planner import DeviceProfile, Plan, PlanConfig
 from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.pipeline import Pipeline
 
+if TYPE_CHECKING:  # the fleet's modules load only when the fleet is used
+    from fleetgui.fleet.replicas import ReplicatedPipeline
+
 log = logging.getLogger(__name__)
+
+#: What a deployment serves the chat from: one pipeline, or whole copies behind one interface.
+ServedPipeline: TypeAlias = "Pipeline | ReplicatedPipeline"
 
 
 class DeployCancelledError(FleetguiError):
@@ -38,6 +45,7 @@ class DeployRequest:
     plan: Plan | None = None  # which device runs which layers; None: everything on this PC
     devices: tuple[DeviceProfile, ...] = ()  # what ``plan`` was made from (for re-planning)
     plan_config: PlanConfig | None = None
+    copies: tuple[str, ...] = ()  # workers that each get a whole copy instead of ``plan``
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,9 @@ class Deployer(ABC):
     name: str = "deployer"  # shown in the app: "this PC", "fleet"
 
     @abstractmethod
-    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> Pipeline: ...
+    async def deploy(
+        self, request: DeployRequest, progress: ProgressCallback
+    ) -> ServedPipeline: ...
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ The plan the view shows is what gets deployed. An export is planned over its fix
 model is planned layer by layer and, on Deploy, exported in the plan's stages (one per device).
 Deploy hands the previewed plan to the deployer, which deploys exactly it; when there is none, or
 it no longer holds (a PC it uses is gone, the streams changed), Deploy plans again on the PCs
-usable now and the view shows that plan.
+usable now and the view shows that plan. The preview also plans the layout for the replies that
+generate at once (``layout_ready``); when it is whole copies on workers that beat the plan
+(:func:`~fleetgui.app.plan_preview.copies_to_deploy`), Deploy deploys those copies instead.
 """
 
 from __future__ import annotations
@@ -38,14 +40,20 @@ from fleetgui.app.errors import user_message
 from fleetgui.app.export_job import ExportJob, default_export_dir
 from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import ModeSettings
-from fleetgui.app.plan_preview import PreviewRequest, preview_plan
+from fleetgui.app.plan_preview import (
+    PreviewRequest,
+    copies_to_deploy,
+    layout_text,
+    preview_layout,
+    preview_plan,
+)
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
 from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.export.manifest import ManifestError, read_manifest
 from fleetgui.export.quality import weights_label
 from fleetgui.paths import shards_cache_dir
-from fleetgui.planner import Plan, PlanConfig
+from fleetgui.planner import Layout, Plan, PlanConfig
 from fleetgui.planner.fixed_stages import plan_rows
 from fleetgui.runtime.draft_source import draft_label
 
@@ -101,6 +109,7 @@ class DeploymentController(QObject):
     export_progress = Signal(int, int, str)  # step, total, message
     export_finished = Signal(str)  # export folder
     plan_ready = Signal(object)  # Plan
+    layout_ready = Signal(str)  # the layout for the replies at once, and what Deploy runs
     measuring = Signal(str)  # what the layer time measurement is doing
     layer_times_ready = Signal(str)  # where the plan's layer times come from (MeasuredDevices)
     deploy_progress = Signal(object)  # DeployProgress
@@ -125,6 +134,7 @@ class DeploymentController(QObject):
         self.model_dir: Path | None = None
         self.kind: ModelKind | None = None
         self.plan: Plan | None = None
+        self.layout: Layout | None = None  # planned with ``plan``, for the same users
         self._plan_request: PreviewRequest | None = None  # what ``plan`` was made from
         self.layer_times: MeasuredDevices | None = None  # the profiles ``plan`` was made from
         self.export_weights = "int4"
@@ -160,7 +170,7 @@ class DeploymentController(QObject):
         except ModelChoiceError as exc:
             self.failed.emit(str(exc))
             return False
-        self.model_dir, self.kind, self.plan = Path(folder), kind, None
+        self.model_dir, self.kind, self.plan, self.layout = Path(folder), kind, None, None
         self.model_changed.emit(str(folder), kind.value)
         return True
 
@@ -182,7 +192,7 @@ class DeploymentController(QObject):
 
         folder = await asyncio.to_thread(resolve_model, source)
         kind = model_kind(folder)
-        self.model_dir, self.kind, self.plan = folder, kind, None
+        self.model_dir, self.kind, self.plan, self.layout = folder, kind, None, None
         self.model_changed.emit(str(folder), kind.value)
 
     def _start(
@@ -291,8 +301,10 @@ class DeploymentController(QObject):
         )
         loop = asyncio.get_running_loop()
         self.plan = await loop.run_in_executor(None, preview_plan, request)
+        self.layout = await loop.run_in_executor(None, preview_layout, request)
         self._plan_request, self.layer_times = request, measured
         self.layer_times_ready.emit(str(measured))
+        self.layout_ready.emit(layout_text(self.plan, self.layout))
         self.plan_ready.emit(self.plan)
 
     async def _deploy_job(self, mode: ModeSettings) -> None:
@@ -318,6 +330,7 @@ class DeploymentController(QObject):
             self.plan,
             devices=planned_from.devices if planned_from is not None else (),
             plan_config=planned_from.config if planned_from is not None else None,
+            copies=copies_to_deploy(self.plan, self.layout),
         )
         pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
         description = f"{self.model_dir.name} on {self.deployer.name}"
@@ -329,7 +342,9 @@ class DeploymentController(QObject):
             if self.inference.pipeline is not pipeline:
                 await asyncio.shield(pipeline.close())
             raise
-        if request.plan is not None:
+        if request.copies:
+            log.info("deployed %s as whole copies on %s", self.model_dir.name, request.copies)
+        elif request.plan is not None:
             log.info(
                 "deployed %s as planned: %s",
                 self.model_dir.name,
@@ -342,12 +357,13 @@ class DeploymentController(QObject):
         objective and streams, and every PC it uses still usable (this PC still first)."""
         streams = mode.streams if mode.concurrency > 1 else 1
         devices = [d.name for d in self.devices.device_profiles()]
+        copies = self.layout.devices if self.layout is not None else ()
         holds = (
             plan.objective == self.objective
             and plan.streams == streams
             and bool(devices)
             and plan.devices[0] == devices[0]
-            and set(plan.devices) <= set(devices)
+            and set(plan.devices) | set(copies) <= set(devices)
         )
         if not holds:
             log.info("the previewed plan no longer holds; planning again")

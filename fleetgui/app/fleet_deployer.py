@@ -10,6 +10,9 @@ the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetControlle
 made from a plan keeps re-planning while it runs (:meth:`FleetSession.replan_with`): a worker
 whose measured speed drifts, or the failover after a lost one, can move stages.
 
+When the preview chose whole copies (``DeployRequest.copies``), each of those workers gets a
+whole copy instead (:mod:`fleetgui.app.copies`) and the chat is served by the copies together.
+
 A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
 to unload and the session is closed. A new deployment first ends the previous one (workers host
 one deployment at a time).
@@ -23,7 +26,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgui.app.deployer import Deployer, DeployProgress, DeployRequest, ProgressCallback
+from fleetgui.app.copies import ReplicaSessions, close_copies, deploy_copies
+from fleetgui.app.deployer import (
+    Deployer,
+    DeployProgress,
+    DeployRequest,
+    ProgressCallback,
+    ServedPipeline,
+)
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
@@ -32,6 +42,7 @@ from fleetgui.fleet import deploy as fleet_deploy
 from fleetgui.fleet.assignment import Assignment
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.fleet.replanner import PlanContext
+from fleetgui.fleet.replicas import ReplicatedPipeline
 from fleetgui.planner import Plan, load_model_profile
 from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.pipeline import Pipeline
@@ -85,10 +96,13 @@ class FleetDeployer(Deployer):
         self.controller = controller
         self.config = config or CoordinatorConfig()
         self.session: FleetSession | None = None
+        self.copies: ReplicatedPipeline | None = None  # whole copies, when those are deployed
 
-    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> Pipeline:
+    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> ServedPipeline:
         await self.close()  # workers serve one deployment at a time
         endpoints = self.controller.usable_endpoints()
+        if request.copies:
+            return await self._deploy_copies(request, endpoints, progress)
         plan = request.plan
         here = coordinator_name()
         if (plan is None and not endpoints) or (plan is not None and plan.devices == (here,)):
@@ -153,6 +167,24 @@ class FleetDeployer(Deployer):
             )
         return pipeline
 
+    async def _deploy_copies(
+        self, request: DeployRequest, endpoints: list[WorkerEndpoint], progress: ProgressCallback
+    ) -> ReplicatedPipeline:
+        controller = self.controller
+        copies = await deploy_copies(
+            request,
+            endpoints,
+            controller.identity,
+            self.config,
+            progress=progress,
+            on_event=controller.on_session_event,
+        )
+        # the copies' heartbeats speak for their workers, each from its own session
+        controller.session = ReplicaSessions([r.session for r in copies.replicas])
+        self.copies = copies
+        self.name = f"the fleet, as {len(copies.replicas)} whole copies"
+        return copies
+
     async def _discard(self, session: FleetSession) -> None:
         """Unload what the session loaded on its workers and close it."""
         try:
@@ -167,3 +199,8 @@ class FleetDeployer(Deployer):
         session, self.session = self.session, None
         if session is not None:
             await self._discard(session)
+        copies, self.copies = self.copies, None
+        if copies is not None:
+            await close_copies(copies)
+            self.controller.session_closed()
+            log.info("copies discarded; the workers unloaded them")

@@ -22,6 +22,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from fleetgui.app.deployer import ServedPipeline
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
@@ -29,7 +30,7 @@ from fleetgui.errors import FleetguiError
 from fleetgui.runtime.chat_prompt import ChatPrompter
 from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
 from fleetgui.runtime.metrics import MetricEvent
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline, TokenDelta
+from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, TokenDelta
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class InferenceService(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._pipeline: Pipeline | None = None
+        self._pipeline: ServedPipeline | None = None
         self._prompter: ChatPrompter | None = None
         self._chat_note = ""
         self._description = ""
@@ -107,7 +108,7 @@ class InferenceService(QObject):
     # -- state --------------------------------------------------------------------------------
 
     @property
-    def pipeline(self) -> Pipeline | None:
+    def pipeline(self) -> ServedPipeline | None:
         return self._pipeline
 
     @property
@@ -146,7 +147,7 @@ class InferenceService(QObject):
         log.info("mode: %s", mode)
         self.mode_changed.emit(mode)
 
-    async def install(self, pipeline: Pipeline, description: str) -> None:
+    async def install(self, pipeline: ServedPipeline, description: str) -> None:
         """Serve replies from ``pipeline`` from now on (after the current ones end)."""
         await self.unload()
         prompter, note = await asyncio.to_thread(_load_prompter, pipeline)  # encodes: off the GUI
@@ -214,7 +215,7 @@ class InferenceService(QObject):
             loop = asyncio.get_running_loop()
             loop.call_later(HARD_STOP_S, lambda: None if task.done() else task.cancel())
 
-    def _check(self, options: GenerationOptions) -> Pipeline:
+    def _check(self, options: GenerationOptions) -> ServedPipeline:
         if self._pipeline is None:
             raise NoModelError(
                 "no model is deployed: open 'Model & deployment', choose an export and press Deploy"
@@ -252,7 +253,7 @@ class InferenceService(QObject):
             if acquired:
                 await gate.release()
 
-    def _chat_prompt(self, pipeline: Pipeline, request: _Request) -> str:
+    def _chat_prompt(self, pipeline: ServedPipeline, request: _Request) -> str:
         """The chat's prompt, fitted to the context (runs in a worker thread)."""
         prompter = self._prompter
         if prompter is None or pipeline is not self._pipeline:
@@ -268,7 +269,9 @@ class InferenceService(QObject):
             )
         return prompt.text
 
-    async def _generate(self, pipeline: Pipeline, request: _Request) -> GenerationResult | None:
+    async def _generate(
+        self, pipeline: ServedPipeline, request: _Request
+    ) -> GenerationResult | None:
         """Stream the reply out as signals; its result, or None if stopped first."""
         self.started.emit(request.id)
         result: GenerationResult | None = None
@@ -290,7 +293,7 @@ class InferenceService(QObject):
         return result
 
 
-def _load_prompter(pipeline: Pipeline) -> tuple[ChatPrompter, str]:
+def _load_prompter(pipeline: ServedPipeline) -> tuple[ChatPrompter, str]:
     """The pipeline's chat prompter and the note for the user: the plain transcript's (no
     template), or why the model's template could not be used."""
     tokenizer = pipeline.tokenizer

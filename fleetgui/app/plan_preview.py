@@ -5,6 +5,12 @@ stages (:func:`fleetgui.planner.plan_fixed_stages`), and the fleet deployer turn
 the fleet's assignment (:func:`plan_assignment`). A HuggingFace model is planned layer by layer
 (:func:`fleetgui.planner.solve`) and then exported with the plan's ``--layers``, one stage per
 device, so its stages match the plan.
+
+Beside that plan the preview shows the :class:`~fleetgui.planner.layout.Layout` that
+:func:`~fleetgui.planner.plan_layout` chooses for the replies generating at once
+(:func:`preview_layout`). The app serves several groups only as whole copies on workers
+(:func:`fleetgui.fleet.replicas.open_copies`, this PC runs no stage), so the layout is planned for
+workers only, and Deploy deploys copies when :func:`copies_to_deploy` says they beat the plan.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from fleetgui.export.manifest import read_manifest
 from fleetgui.fleet.assignment import Assignment, assignment_from_plan
 from fleetgui.planner import (
     DeviceProfile,
+    Layout,
+    NoPlanFitsError,
     Plan,
     PlanConfig,
     load_model_profile,
     plan_fixed_stages,
+    plan_layout,
     solve,
 )
 from fleetgui.planner.fixed_stages import StageRange
@@ -69,6 +78,62 @@ def preview_plan(request: PreviewRequest) -> Plan:
         return plan_fixed_stages(devices, profile, export_stages(folder), request.config)
     profile = load_model_profile(folder, weight_format=request.weights, streams=request.streams)
     return solve(devices, profile, request.config)
+
+
+def preview_layout(request: PreviewRequest) -> Layout | None:
+    """The layout for ``request.streams`` users on the workers of ``request.devices`` (the
+    coordinator only routes tokens), or None when there is no worker or no layout fits."""
+    if len(request.devices) < 2:
+        return None
+    folder = request.model_dir
+    is_export = (folder / "manifest.json").is_file()
+    # an export is planned at its own weight format, an HF model at the one it will get
+    profile = load_model_profile(folder, weight_format=None if is_export else request.weights)
+    try:
+        return plan_layout(
+            request.devices,
+            profile,
+            request.config,
+            users=request.streams,
+            coordinator_runs_stages=False,
+        )
+    except NoPlanFitsError as exc:
+        log.info("no layout of the workers fits %s: %s", folder.name, exc)
+        return None
+
+
+def copies_to_deploy(plan: Plan | None, layout: Layout | None) -> tuple[str, ...]:
+    """The workers that get a whole copy each on Deploy, or () to deploy ``plan`` as a pipeline:
+    copies when ``layout`` is at least two of them for at least two users, with more predicted
+    tokens/s in all than ``plan`` for the same users (one user gains nothing from a copy)."""
+    if layout is None or layout.kind != "copies" or len(layout.groups) < 2 or layout.users < 2:
+        return ()
+    if plan is not None and plan.predicted_tokens_per_s >= layout.predicted_tokens_per_s:
+        return ()
+    return layout.devices
+
+
+def layout_text(plan: Plan | None, layout: Layout | None) -> str:
+    """What the preview says about serving several users: the layout's table (its alternatives'
+    tokens/s included) and what Deploy will do."""
+    if layout is None:
+        return ""
+    lines = layout.table_lines()
+    copies = copies_to_deploy(plan, layout)
+    pipeline = (
+        f" ({plan.predicted_tokens_per_s:.1f} tokens/s for {plan.streams} stream(s))"
+        if plan is not None
+        else ""
+    )
+    if copies:
+        lines.append(
+            f"Deploy runs {len(copies)} whole copies, on {', '.join(copies)}: "
+            f"{layout.predicted_tokens_per_s:.1f} tokens/s in all, more than the pipeline above"
+            f"{pipeline}."
+        )
+    else:
+        lines.append(f"Deploy runs the pipeline above{pipeline}.")
+    return "\n".join(lines)
 
 
 def plan_assignment(

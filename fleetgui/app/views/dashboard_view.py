@@ -56,6 +56,7 @@ class DashboardView(QWidget):
         clear = QPushButton("Clear")
         clear.clicked.connect(self.clear_requested.emit)
         self.info = QLabel("charts fill in while the model generates")
+        self.replicas = QLabel()  # which whole copy serves how many streams, when copies run
         bar = QHBoxLayout()
         for widget in (self.pause, png, csv, clear):
             bar.addWidget(widget)
@@ -64,6 +65,7 @@ class DashboardView(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.api)
         layout.addLayout(bar)
+        layout.addWidget(self.replicas)
         layout.addLayout(grid, 1)
         self.apply_theme()
 
@@ -107,6 +109,11 @@ class DashboardView(QWidget):
         self.pause.setText("Resume" if paused else "Pause")
         self.pause.blockSignals(False)
         self.info.setText("paused: data is still recorded" if paused else "")
+
+    def show_replicas(self, text: str) -> None:
+        if text != self.replicas.text():
+            self.replicas.setText(text)
+        self.replicas.setVisible(bool(text))
 
     def _curve(self, chart: ChartSpec, name: str) -> pg.PlotDataItem:
         curve = self.curves.get((chart.key, name))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -111,6 +111,9 @@ class DeploymentView(QWidget):
         self.left_out.setWordWrap(True)
         self.layer_times = QLabel()
         self.layer_times.setWordWrap(True)
+        self.layout_info = QLabel()  # the layout for the replies at once, and what Deploy runs
+        self.layout_info.setWordWrap(True)
+        self.layout_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         preview = QPushButton("Preview plan")
         preview.clicked.connect(self.preview_requested.emit)
         plan_box = QGroupBox("Plan")
@@ -119,6 +122,7 @@ class DeploymentView(QWidget):
         plan_layout.addWidget(self.plan_summary)
         plan_layout.addWidget(self.left_out)
         plan_layout.addWidget(self.layer_times)
+        plan_layout.addWidget(self.layout_info)
         plan_layout.addWidget(preview)
         return plan_box
 
@@ -174,6 +178,7 @@ class DeploymentView(QWidget):
         self.plan_summary.setText("press Preview plan to see which PC gets which layers")
         self.left_out.clear()
         self.layer_times.clear()
+        self.layout_info.clear()
 
     def on_state(self, state: str) -> None:
         busy = state != "idle"
@@ -221,6 +226,9 @@ class DeploymentView(QWidget):
             if plan.left_out
             else "Every PC is used."
         )
+
+    def on_layout(self, text: str) -> None:
+        self.layout_info.setText(text)
 
     def on_measuring(self, text: str) -> None:
         self.status.setText(text)

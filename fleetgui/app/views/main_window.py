@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWid
 
 from fleetgui import __version__
 from fleetgui.app.conversation import SamplingSettings
+from fleetgui.app.copies import replica_text
 from fleetgui.app.core import AppCore
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
@@ -92,6 +93,7 @@ class MainWindow(QMainWindow):
             (deployment.state_changed, view.on_state),
             (deployment.export_progress, view.on_export_progress),
             (deployment.plan_ready, view.on_plan),
+            (deployment.layout_ready, view.on_layout),
             (deployment.measuring, view.on_measuring),
             (deployment.layer_times_ready, view.on_layer_times),
             (deployment.deploy_progress, view.on_deploy_progress),
@@ -113,6 +115,17 @@ class MainWindow(QMainWindow):
         # destroyed, so a feed that outlives it never draws into deleted charts.
         core.feed.updated.connect(self._show_series)
         core.feed.paused_changed.connect(self.dashboard.set_paused)
+        # a reply starting, streaming or ending changes which copy serves how many streams
+        inference = core.inference
+        for changed in (
+            inference.started,
+            inference.delta,
+            inference.finished,
+            inference.stopped,
+            inference.failed,
+            inference.state_changed,
+        ):
+            changed.connect(self._show_replicas)
         self.dashboard.pause_toggled.connect(core.feed.set_paused)
         self.dashboard.csv_requested.connect(lambda path: core.feed.export_csv(Path(path)))
         self.dashboard.clear_requested.connect(core.feed.clear)
@@ -173,6 +186,9 @@ class MainWindow(QMainWindow):
 
     def _show_series(self) -> None:
         self.dashboard.show_series(self.core.feed.store)
+
+    def _show_replicas(self, *_: object) -> None:
+        self.dashboard.show_replicas(replica_text(self.core.inference.pipeline))
 
     def _choose_model(self, folder: str) -> None:
         if folder.strip():

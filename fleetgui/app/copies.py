@@ -1,0 +1,142 @@
+"""Whole copies of the model, one per worker, deployed from the app and shown in it.
+
+:func:`deploy_copies` deploys the copies the plan preview chose
+(:func:`~fleetgui.app.plan_preview.copies_to_deploy`) with
+:func:`~fleetgui.fleet.replicas.open_copies`: a ``FleetSession`` per copy, this PC runs no stage,
+and a lost copy's streams are replayed on another. The fleet view's code expects one session;
+:class:`ReplicaSessions` answers for all of them, each worker's status from the session that
+holds it. :func:`replica_text` is the dashboard's "which copy serves how many streams".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fleetgui.app.deployer import DeployProgress, DeployRequest, ProgressCallback
+from fleetgui.errors import FleetguiError
+from fleetgui.export.manifest import read_manifest
+
+if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the dashboard
+    from fleetgui.fleet.coordinator import (
+        CoordinatorConfig,
+        FleetEvent,
+        FleetSession,
+        WorkerEndpoint,
+        WorkerLinkStatus,
+    )
+    from fleetgui.fleet.keys import KeyPair
+    from fleetgui.fleet.replicas import ReplicatedPipeline
+
+log = logging.getLogger(__name__)
+
+UNLOAD_TIMEOUT_S = 10.0
+
+
+class ReplicaSessions:
+    """The sessions of several copies, as the fleet controller reads one ``FleetSession``:
+    ``links`` and ``worker_status``."""
+
+    def __init__(self, sessions: Sequence[FleetSession]) -> None:
+        self.sessions = list(sessions)
+
+    @property
+    def links(self) -> dict[str, Any]:
+        return {name: link for s in self.sessions for name, link in s.links.items()}
+
+    def worker_status(self, name: str) -> WorkerLinkStatus:
+        for session in self.sessions:
+            if name in session.links:
+                return session.worker_status(name)
+        raise KeyError(name)
+
+
+def pick_endpoints(usable: Sequence[WorkerEndpoint], names: Sequence[str]) -> list[WorkerEndpoint]:
+    """The endpoints of ``names``, in that order; raises naming a worker no longer usable."""
+    by_name = {e.name: e for e in usable}
+    gone = [n for n in names if n not in by_name]
+    if gone:
+        raise FleetguiError(
+            f"the preview put a copy on {', '.join(gone)}, which cannot be used now: preview the "
+            "plan again"
+        )
+    return [by_name[n] for n in names]
+
+
+async def unload(endpoints: Sequence[WorkerEndpoint], identity: KeyPair) -> None:
+    """Tell ``endpoints`` to drop what they loaded (after a deployment that did not finish:
+    ``open_copies`` closes its sessions without unloading)."""
+    from fleetgui.fleet.coordinator import FleetSession
+
+    session = FleetSession(identity)
+    try:
+        await session.connect(endpoints)
+    except Exception as exc:
+        log.warning("cannot reach the copies' workers to unload them: %s", exc)
+    await session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
+
+
+async def deploy_copies(
+    request: DeployRequest,
+    usable: Sequence[WorkerEndpoint],
+    identity: KeyPair,
+    config: CoordinatorConfig,
+    *,
+    progress: ProgressCallback,
+    on_event: FleetEvent,
+) -> ReplicatedPipeline:
+    """A whole copy of ``request.export_dir`` on each of ``request.copies``; their session
+    events go to ``on_event`` from then on. A failed or cancelled deployment leaves every one
+    of those workers unloaded."""
+    from fleetgui.fleet.replicas import open_copies
+
+    endpoints = pick_endpoints(usable, request.copies)
+    for endpoint in endpoints:
+        progress(DeployProgress(endpoint.name, "loading a whole copy", 0, 1))
+    try:
+        pipeline = await open_copies(
+            request.export_dir,
+            [[endpoint] for endpoint in endpoints],
+            identity,
+            config,
+            draft_dir=request.draft_dir,
+        )
+    except BaseException:
+        await asyncio.shield(unload(endpoints, identity))
+        raise
+    manifest = read_manifest(request.export_dir)
+    layers = f"layers 0-{manifest.n_layers - 1}"
+    for replica in pipeline.replicas:
+        # open_copies' sessions report to nobody: from now on they report to the fleet view
+        replica.session.on_event = on_event
+        on_event(replica.name, "busy", f"a whole copy ({layers})")
+        progress(DeployProgress(replica.name, "ready", 1, 1))
+    return pipeline
+
+
+async def close_copies(pipeline: ReplicatedPipeline) -> None:
+    """End the copies: every worker drops its copy, every session closes."""
+    for replica in pipeline.replicas:
+        with contextlib.suppress(Exception):
+            await replica.session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
+
+
+def replica_text(pipeline: object) -> str:
+    """The dashboard's line on which copy serves how many streams now, e.g.
+    ``"Copies: w1 1 stream · w2 lost"``; "" for anything but copies."""
+    replicas = sys.modules.get("fleetgui.fleet.replicas")  # not loaded: no copies deployed
+    if replicas is None:
+        return ""
+    kind: type[ReplicatedPipeline] = replicas.ReplicatedPipeline
+    if not isinstance(pipeline, kind):
+        return ""
+    failed = {r.name for r in pipeline.replicas if r.failed}
+    parts = [
+        f"{name} lost" if name in failed else f"{name} {n} stream{'s' if n != 1 else ''}"
+        for name, n in pipeline.streams_by_replica().items()
+    ]
+    return "Copies: " + " · ".join(parts)
