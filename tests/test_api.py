@@ -120,6 +120,7 @@ class Served:
     url: str
     name: str
     log: Path
+    printed: str = ""  # what it printed before it was ready
 
     def client(self, key: str = KEY, **options: Any) -> Any:
         return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, **options)
@@ -148,6 +149,7 @@ def serving(home: Path, export_dir: Path, *args: str) -> Iterator[Served]:
     assert process.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
     ready = None
+    printed: list[str] = []
     while time.monotonic() < deadline:
         line = process.stdout.readline()
         if not line:
@@ -155,12 +157,13 @@ def serving(home: Path, export_dir: Path, *args: str) -> Iterator[Served]:
         ready = re.match(r"fleetgui serve: (\S+) at (http://\S+)", line)
         if ready:
             break
+        printed.append(line)
     if ready is None:
         process.kill()
         process.wait(10)
         pytest.fail(f"fleetgui serve did not start:\n{log.read_text()[-3000:]}")
     try:
-        yield Served(process, ready.group(2), ready.group(1), log)
+        yield Served(process, ready.group(2), ready.group(1), log, "".join(printed))
     finally:
         process.terminate()
         try:
@@ -551,8 +554,20 @@ def test_smollm2_answers_and_stops_at_its_end_of_turn_as_generate_chat_does(
                     )
                 )
             health = served.health()
+        # auto: the planner measures the PCs and picks; what it printed is what it serves
+        auto = [*fleet, "--layout", "auto", "--max-streams", "2", "--api-key", KEY]
+        with serving(root / "smol-auto", smollm2, *auto) as served:
+            answer = served.client().chat.completions.create(model=served.name, **body)
+            chosen = served.health()["stages"]
+            printed = served.printed
     assert [a.choices[0].message.content for a in answers] == [want["text"]] * 2
     assert health["stages"] == {"s1": 0, "s2": 0}  # by copy; both done and freed
+    assert answer.choices[0].message.content == want["text"]
+    assert "for 2 user(s)" in printed and "Deploy runs" in printed, printed
+    if "whole copies" in printed.rsplit("Deploy runs", 1)[1]:
+        assert set(chosen) == {"s1", "s2"}, (printed, chosen)
+    else:
+        assert "coordinator" in chosen, (printed, chosen)
     assert whole.choices[0].message.content == want["text"] == text
     assert whole.choices[0].finish_reason == "stop" == finish  # its <|im_end|>: "stop"
     prompt_tokens = len(Tokenizer(tokenizer_dir_of(smollm2)).encode(want["prompt"]))

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--layout",
-        choices=("pipeline", "copies"),
+        choices=("pipeline", "copies", "auto"),
         default="pipeline",
-        help="with --workers: one pipeline over this PC and the workers (default), or a whole "
+        help="with --workers: one pipeline over this PC and the workers (default); a whole "
         "copy of the model on each worker, new requests going to the least loaded copy (for "
-        "models every worker can hold: no hop per token)",
+        "models every worker can hold: no hop per token); or auto: the planner measures the "
+        "PCs and picks the faster of the two for --max-streams users",
     )
     parser.add_argument("--model-name", metavar="NAME", help="the model's id (EXPORT_DIR's name)")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
@@ -113,7 +115,7 @@ async def _serve(args: argparse.Namespace) -> int:
     stage = StageConfig(threads=args.threads, precision=args.precision)
     local = LocalPipelineConfig(stage=stage, draft_stage=stage)
     draft = args.draft if speculative else None
-    pipeline, counts, session = await _open_pipeline(args, local, draft)
+    pipeline, counts, session = await _open_pipeline(args, local, draft, max_streams)
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None
     try:
@@ -139,21 +141,26 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _open_pipeline(args: argparse.Namespace, local: Any, draft: Any) -> tuple[Any, Any, Any]:
+async def _open_pipeline(
+    args: argparse.Namespace, local: Any, draft: Any, max_streams: int
+) -> tuple[Any, Any, Any]:
     """The pipeline to serve, how to count its streams, and the fleet session it runs on (None
     in this process, or for copies, which own theirs)."""
     from fleetgui.api.served import fleet_stage_streams, local_stage_streams, replica_streams
     from fleetgui.runtime.loader import load_local_pipeline
     from fleetgui.runtime.route import LocalRoute
 
-    if args.workers and args.layout == "copies":
+    layout = args.layout
+    if args.workers and layout == "auto":
+        layout = await _choose_layout(args, local, max_streams)
+    if args.workers and layout == "copies":
         copies = await _open_copies(args, local, draft)
         return copies, replica_streams(copies), None
     if args.workers:
         session = await _open_fleet(args, local)
         return session.pipeline(draft_dir=draft), fleet_stage_streams(session), session
     if args.layout != "pipeline":
-        raise FleetguiError("--layout copies places copies on workers: give --workers")
+        raise FleetguiError(f"--layout {args.layout} places the model on workers: give --workers")
     pipeline = await asyncio.to_thread(
         load_local_pipeline, args.export_dir, draft_dir=draft, config=local
     )
@@ -189,6 +196,54 @@ async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
 
     identity, config = _fleet_config(args, local)
     return await open_fleet(args.export_dir, parse_worker_list(args.workers), identity, config)
+
+
+async def _choose_layout(args: argparse.Namespace, local: Any, users: int) -> str:
+    """``pipeline`` or ``copies`` for ``--max-streams`` users, as the app's plan preview
+    decides for ``users`` at once: this PC and the workers time a stage of the export, the
+    planner plans the pipeline and the workers' layouts, and copies win only when predicted
+    faster. The preview is printed, alternatives included."""
+    from fleetgui.app.layer_times import measure_devices
+    from fleetgui.app.local_pc import (
+        ESTIMATED_DISK_BYTES_PER_S,
+        ESTIMATED_MS_PER_LAYER,
+        coordinator_profile,
+    )
+    from fleetgui.app.plan_preview import (
+        PreviewRequest,
+        copies_to_deploy,
+        layout_text,
+        preview_layout,
+        preview_plan,
+    )
+    from fleetgui.fleet.info_probe import probe
+    from fleetgui.fleet.open_fleet import parse_worker_list, resolve_workers
+    from fleetgui.planner import DeviceProfile, PlanConfig
+
+    identity, _ = _fleet_config(args, local)
+    addresses = parse_worker_list(args.workers)
+    endpoints = await resolve_workers(addresses)
+    base = [coordinator_profile()]
+    for host, port in addresses:
+        started = time.perf_counter()
+        info = await probe(host, port)
+        base.append(
+            DeviceProfile(
+                name=info.name,
+                memory_bytes=info.free_ram_bytes or info.ram_bytes,
+                ms_per_layer=ESTIMATED_MS_PER_LAYER,
+                disk_read_bytes_per_s=ESTIMATED_DISK_BYTES_PER_S,
+                rtt_ms=(time.perf_counter() - started) * 1000,  # the probe's round trip
+            )
+        )
+    measured = await measure_devices(
+        base, endpoints, identity, args.export_dir, local_stage=local.stage
+    )
+    request = PreviewRequest(Path(args.export_dir), measured.profiles, PlanConfig(), users)
+    plan = await asyncio.to_thread(preview_plan, request)
+    layout = await asyncio.to_thread(preview_layout, request)
+    print(layout_text(plan, layout) or f"{plan}", flush=True)
+    return "copies" if copies_to_deploy(plan, layout) else "pipeline"
 
 
 async def _open_copies(args: argparse.Namespace, local: Any, draft: Any) -> Any:
