@@ -302,8 +302,31 @@ def test_four_concurrent_streams_each_get_their_own_text(server: Served) -> None
 
 
 @pytest.mark.slow
-def test_a_cancelled_stream_frees_its_stream_on_every_stage(server: Served) -> None:
+def _forwards(worker: WorkerProcess, identity_dir: Path) -> int:
+    """FORWARDs ``worker`` has run (its heartbeat says), asked over its encrypted port."""
+    from fleetgui.fleet.keys import load_identity
+    from fleetgui.fleet.protocol import Message, Op
+    from fleetgui.fleet.secure_socket import SecureClient
+
+    async def ask() -> int:
+        client = SecureClient(load_identity(identity_dir), worker.info["public_key"])
+        try:
+            await client.connect(worker.endpoint.endpoint, timeout_s=10)
+            reply = await client.request(Message(Op.HEARTBEAT), timeout_s=10)
+            return int(reply.meta["forwards"])
+        finally:
+            client.close()
+
+    return asyncio.run(ask())
+
+
+def test_a_cancelled_stream_frees_its_stream_on_every_stage(
+    server: Served, workers: list[WorkerProcess], identity_dir: Path
+) -> None:
+    """The stream is freed because the client left, not because the answer ran out: the last
+    worker ran far fewer passes than 400 tokens take (a deadline alone failed under load)."""
     client = server.client()
+    before = _forwards(workers[-1], identity_dir)
     stream = client.chat.completions.create(model=server.name, stream=True, **_chat(max_tokens=400))
     seen = 0
     for chunk in stream:
@@ -320,8 +343,9 @@ def test_a_cancelled_stream_frees_its_stream_on_every_stage(server: Served) -> N
         health = server.health()
         if health["streams"]["active"] == 0 and not any(health["stages"].values()):
             break
-        assert time.perf_counter() - closed < 1.0, health  # freed within a second
+        assert time.perf_counter() - closed < 60, health
         time.sleep(0.02)
+    assert _forwards(workers[-1], identity_dir) - before < 100  # not the whole 400 tokens
     after = client.chat.completions.create(model=server.name, **_chat(max_tokens=4))
     assert after.choices[0].finish_reason == "length"
     assert not any(server.health()["stages"].values())
