@@ -33,6 +33,7 @@ from fleetgui.runtime.pipeline import (
     GenerationResult,
     Pipeline,
     TokenDelta,
+    final_result,
 )
 from fleetgui.runtime.speculative import Drafter
 from fleetgui.runtime.tokenizer import Tokenizer
@@ -90,14 +91,7 @@ class ReplicatedPipeline:
 
     async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
         """Generate a whole answer to ``prompt`` on one replica (another if it fails)."""
-        result: GenerationResult | None = None
-        async with contextlib.aclosing(self.stream(prompt, options)) as items:
-            async for item in items:
-                if isinstance(item, GenerationResult):
-                    result = item
-        if result is None:
-            raise RuntimeError("generation ended without a result")
-        return result
+        return await final_result(self.stream(prompt, options))
 
     async def stream(
         self, prompt: str, options: GenerationOptions

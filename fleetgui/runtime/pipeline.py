@@ -85,6 +85,20 @@ class GenerationResult:
     plain_steps: int = 0  # speculative mode's plain steps (K auto off, or nothing proposed)
 
 
+async def final_result(
+    items: AsyncGenerator[TokenDelta | GenerationResult, None],
+) -> GenerationResult:
+    """The result that ends a generation's ``items`` (which are closed after)."""
+    result: GenerationResult | None = None
+    async with contextlib.aclosing(items) as opened:
+        async for item in opened:
+            if isinstance(item, GenerationResult):
+                result = item
+    if result is None:
+        raise RuntimeError("generation ended without a result")
+    return result
+
+
 @dataclass
 class _Stream:
     id: int
@@ -153,14 +167,7 @@ class Pipeline:
 
     async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
         """Generate a whole answer to ``prompt``."""
-        result: GenerationResult | None = None
-        async with contextlib.aclosing(self._generate(prompt, options)) as items:
-            async for item in items:
-                if isinstance(item, GenerationResult):
-                    result = item
-        if result is None:
-            raise RuntimeError("generation ended without a result")
-        return result
+        return await final_result(self._generate(prompt, options))
 
     async def stream(
         self, prompt: str, options: GenerationOptions
