@@ -52,7 +52,10 @@ def _text_html(text: str, colors: Colors) -> str:
         ),
         escaped,
     )
-    return f'<p style="margin: 2px 0;">{escaped.replace(chr(10), "<br>")}</p>'
+    # pre-wrap keeps a line's leading spaces (a reply continuing indented code, as saved); HTML
+    # would collapse them, while long lines still wrap
+    style = "margin: 2px 0; white-space: pre-wrap;"
+    return f'<p style="{style}">{escaped.replace(chr(10), "<br>")}</p>'
 
 
 def _code_html(code: str, colors: Colors) -> str:

@@ -60,6 +60,9 @@ class ChatSession(QObject):
         self.store = store
         self._conversations: dict[str, Conversation] = {c.id: c for c in store.load_all()}
         self._replies: dict[int, _Reply] = {}  # request id -> reply in progress
+        # what a new conversation starts with; the settings row shows (and edits) it while no
+        # conversation is selected, so what the user sees there is what the next chat uses
+        self.next_sampling = SamplingSettings()
         inference.delta.connect(self._on_delta)
         inference.finished.connect(self._on_finished)
         inference.stopped.connect(self._on_stopped)
@@ -91,7 +94,8 @@ class ChatSession(QObject):
     # -- changing -----------------------------------------------------------------------------
 
     def new_conversation(self, sampling: SamplingSettings | None = None) -> str:
-        conversation = Conversation(sampling=sampling or SamplingSettings())
+        """A new empty conversation with ``sampling`` (default: ``next_sampling``); its id."""
+        conversation = Conversation(sampling=sampling or self.next_sampling)
         self._conversations[conversation.id] = conversation
         self.store.save(conversation)
         self.conversations_changed.emit()
@@ -109,6 +113,11 @@ class ChatSession(QObject):
         conversation = self.get(conversation_id)
         conversation.sampling = sampling
         self.store.save(conversation)
+
+    def set_next_sampling(self, sampling: SamplingSettings) -> None:
+        """Start new conversations with ``sampling``; raises ``ValueError``."""
+        sampling.params()
+        self.next_sampling = sampling
 
     def send(self, conversation_id: str, text: str) -> bool:
         """Add the user's message and start the reply. False (and ``reply_failed``) if the text

@@ -1,7 +1,8 @@
 """This PC (the coordinator) as a fleet row and as a planner device profile.
 
-A minimal self-description so the app works without the fleet; the fleet's own system probe can
-replace :func:`coordinator_info` once it lands (same ``WorkerInfo``).
+This PC's OS and CPU are read by the same probes a worker's info uses
+(:mod:`fleetgui.fleet.sysinfo`), so this PC's row reads like the rows of workers on the same
+machine; no port or key, since it is not a worker.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import platform
 import socket
 
 import psutil
 
 from fleetgui import __version__
+from fleetgui.fleet.sysinfo import cpu_model, os_description
 from fleetgui.fleet.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 
@@ -51,8 +52,8 @@ def coordinator_info() -> WorkerInfo:
         public_key="",
         version=__version__,
         protocol=0,
-        os=f"{platform.system()} {platform.release()}",
-        cpu=platform.processor() or platform.machine(),
+        os=os_description(),
+        cpu=cpu_model(),  # the model name, as workers report it (not platform.machine())
         cpu_cores=os.cpu_count() or 0,
         ram_bytes=int(memory.total),
         free_ram_bytes=int(memory.available),

@@ -4,7 +4,7 @@ streams."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetgui.app.conversation import SamplingSettings
 from fleetgui.runtime.draft_source import DraftSource
@@ -63,6 +63,16 @@ class ModeSettings:
         if self.mode.interleaved:
             text += f", {self.streams} streams"
         return text
+
+
+def opening_mode(
+    saved: ModeSettings, draft: DraftSource | None, given: ModeSettings | None
+) -> ModeSettings:
+    """The mode the app opens in: ``given`` (the demo's), else the ``saved`` one drafting
+    from ``draft`` when one is given (``gui --draft``), else the saved one as it is."""
+    if given is not None:
+        return given
+    return replace(saved, draft_dir=draft) if draft is not None else saved
 
 
 def generation_options(mode: ModeSettings, sampling: SamplingSettings) -> GenerationOptions:

@@ -39,6 +39,7 @@ class ScreenshotRequest:
     out_dir: Path
     export_dir: Path | None = None
     draft_dir: DraftSource | None = None
+    mode: ModeSettings | None = None  # None: PP+SD when there is a draft, else PP
     prompts: tuple[str, ...] = (DEFAULT_PROMPT,)
     max_new_tokens: int = 48
 
@@ -57,7 +58,9 @@ async def _deploy(core: AppCore, request: ScreenshotRequest) -> None:
     deployment.failed.connect(errors.append)
     if request.export_dir is None or not deployment.choose_model(request.export_dir):
         return
-    mode = ModeSettings(Mode.PP_SD if request.draft_dir else Mode.PP, None, request.draft_dir)
+    mode = request.mode or ModeSettings(
+        Mode.PP_SD if request.draft_dir else Mode.PP, None, request.draft_dir
+    )
     core.inference.set_mode(mode)
     deployment.deploy(mode)
     await deployment.wait()

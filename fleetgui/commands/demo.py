@@ -8,9 +8,13 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgui.demo.spec import DRAFTS, SIZES
+
+if TYPE_CHECKING:
+    from fleetgui.app.mode import ModeSettings
+    from fleetgui.runtime.draft_source import DraftSource
 
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
@@ -45,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it on this PC, about 11 minutes once)",
     )
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
-    parser.add_argument("--k", default="auto", metavar="K|auto", help="draft tokens per step")
-    parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    parser.add_argument(
+        "--k", type=k_value, default="auto", metavar="K|auto", help="draft tokens per step (auto)"
+    )
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N")
     parser.add_argument(
         "--screenshot",
         type=Path,
@@ -55,16 +61,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace) -> Any:
+def k_value(text: str) -> int | None:
+    """``--k``: ``auto`` (None) or a number of draft tokens; checked as the flags are parsed, so
+    a bad value fails in one line before any model is fetched or built."""
+    from fleetgui.runtime.speculative import K_MAX, K_MIN
+
+    if text.strip().lower() == "auto":
+        return None
+    if not text.strip().isdigit() or not K_MIN <= int(text) <= K_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a number from {K_MIN} to {K_MAX} or 'auto', not {text!r}"
+        )
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1 (``--max-new-tokens``)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that cannot go together, before anything is built (the values themselves
+    are checked by the parser); raises ``FleetguiError`` naming the fix."""
     from fleetgui.errors import FleetguiError
+
+    if args.headless and args.screenshot is not None:
+        raise FleetguiError("--screenshot renders the app: leave out --headless")
+    if args.json and args.prompt is None:
+        raise FleetguiError("--json prints the answer to --prompt TEXT: give a prompt")
+    if args.json and args.screenshot is not None:
+        raise FleetguiError("--json answers in the terminal: leave out --screenshot")
+
+
+def app_mode(args: argparse.Namespace, draft: DraftSource) -> ModeSettings:
+    """The mode the demo's app opens in: the demo's --mode and --k (PP+SD, K auto, by
+    default, as in the terminal), drafting from ``draft`` (kept in PP, for a later switch)."""
+    from fleetgui.app.mode import Mode, ModeSettings
+
+    return ModeSettings(Mode(args.mode), args.k, draft)
+
+
+def gui_arguments(
+    args: argparse.Namespace, target: Path, draft: DraftSource, workers: str, identity: Path
+) -> argparse.Namespace:
+    """``fleetgui gui``'s arguments for the demo's app: deploy ``target`` on ``workers`` at
+    start, in the demo's mode."""
+    return argparse.Namespace(
+        export_dir=target,
+        draft=draft,
+        workers=workers,
+        identity=identity,
+        screenshot=args.screenshot,
+        prompt=[args.prompt] if args.prompt else None,
+        start_mode=app_mode(args, draft),
+    )
+
+
+def _options(args: argparse.Namespace) -> Any:
     from fleetgui.runtime.pipeline import GenerationOptions
 
-    k = None
-    if args.k != "auto":
-        if not args.k.isdigit():
-            raise FleetguiError(f"--k must be a number from 1 to 16 or 'auto', not {args.k!r}")
-        k = int(args.k)
-    return GenerationOptions(max_new_tokens=args.max_new_tokens, speculative=args.mode != "pp", k=k)
+    return GenerationOptions(
+        max_new_tokens=args.max_new_tokens, speculative=args.mode != "pp", k=args.k
+    )
 
 
 async def _headless(args: argparse.Namespace) -> int:
@@ -163,18 +223,12 @@ def _with_app(args: argparse.Namespace) -> int:
     with LocalFleet(paths.data_dir() / "demo-fleet") as fleet:
         fleet.start(list(WORKERS))
         fleet.identity()
-        gui_args = argparse.Namespace(
-            export_dir=target,
-            draft=draft,
-            workers=",".join(w.address for w in fleet.workers),
-            identity=fleet.root / "coordinator",
-            screenshot=args.screenshot,
-            prompt=[args.prompt] if args.prompt else None,
-        )
-        return gui.run(gui_args)
+        workers = ",".join(w.address for w in fleet.workers)
+        return gui.run(gui_arguments(args, target, draft, workers, fleet.root / "coordinator"))
 
 
 def run(args: argparse.Namespace) -> int:
+    check_flags(args)
     if args.prompt is not None and not args.headless and args.screenshot is None:
         args.headless = True  # --prompt answers once in the terminal
     if args.headless:

@@ -13,6 +13,7 @@ from fleetgui.runtime.draft_source import parse_draft
 if TYPE_CHECKING:
     from fleetgui.app.core import AppCore
     from fleetgui.app.fleet_controller import FleetControllerConfig
+    from fleetgui.app.mode import ModeSettings
     from fleetgui.fleet.keys import KeyPair
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="with --screenshot: the chat message(s) to send (default: a coding question)",
     )
+    # no flag: the demo sets it (its --mode and --k); None opens in the saved mode
+    parser.set_defaults(start_mode=None)
+
+
+def apply_start_mode(core: AppCore, args: argparse.Namespace) -> ModeSettings:
+    """Put the app in the mode it opens in (``opening_mode`` of the saved one and the
+    arguments; the demo's mode when it started the app) and return it. Not saved: the demo's
+    choice must not become the user's setting."""
+    from fleetgui.app.mode import opening_mode
+
+    mode = opening_mode(core.inference.mode, args.draft, args.start_mode)
+    if mode != core.inference.mode:
+        core.inference.set_mode(mode)  # the mode panel and status bar follow its signal
+    return mode
 
 
 def _identity(args: argparse.Namespace) -> KeyPair:
@@ -110,14 +125,8 @@ def run(args: argparse.Namespace) -> int:
         async def start(core: AppCore, window: MainWindow) -> int:
             for problem in await _add_workers(core, addresses):
                 window.messages.show_error(problem)
+            mode = apply_start_mode(core, args)
             if args.export_dir is not None and core.deployment.choose_model(args.export_dir):
-                mode = core.inference.mode
-                if args.draft is not None:
-                    from dataclasses import replace
-
-                    mode = replace(mode, draft_dir=args.draft)
-                    core.inference.set_mode(mode)
-                    window.mode_panel.set_mode(mode)
                 core.deployment.deploy(mode)
             return await interactive(core, window)
 
@@ -127,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.screenshot,
         export_dir=args.export_dir,
         draft_dir=args.draft,
+        mode=args.start_mode,
         prompts=tuple(args.prompt or (DEFAULT_PROMPT,)),
     )
     with tempfile.TemporaryDirectory(prefix="fleetgui-screenshot-") as scratch:

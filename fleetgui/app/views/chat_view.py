@@ -37,10 +37,11 @@ class ChatView(QWidget):
     new_requested = Signal()
     delete_requested = Signal(str)
     selected = Signal(str)  # conversation id
-    send_requested = Signal(str, str)  # conversation id, text
+    send_requested = Signal(str, str)  # conversation id ("" for none: start one), text
     stop_requested = Signal(str)
     regenerate_requested = Signal(str)
-    sampling_changed = Signal(str, object)  # conversation id, SamplingSettings
+    # conversation id ("" for none: the next conversation's settings), SamplingSettings
+    sampling_changed = Signal(str, object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,6 +90,7 @@ class ChatView(QWidget):
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._render_timer.timeout.connect(self.refresh_transcript)
         self._updating = False
+        self.show_sampling(SamplingSettings())  # not the spin boxes' minimums (top-p 0.01, ...)
         self.set_busy(False)
 
     def _build_sampling(self) -> QHBoxLayout:
@@ -163,8 +165,8 @@ class ChatView(QWidget):
 
     def _send(self) -> None:
         text = self.input.toPlainText()
-        if self.current_id and text.strip():
-            self.send_requested.emit(self.current_id, text)
+        if text.strip():  # with no conversation selected, the message starts one
+            self.send_requested.emit(self.current_id or "", text)
 
     def _stop(self) -> None:
         if self.current_id:
@@ -193,7 +195,7 @@ class ChatView(QWidget):
             QGuiApplication.clipboard().setText(messages[index].text)
 
     def _sampling_changed(self) -> None:
-        if self._updating or self.current_id is None:
+        if self._updating:
             return
         seed = self.seed.value()
         settings = SamplingSettings(
@@ -203,7 +205,7 @@ class ChatView(QWidget):
             seed=None if seed < 0 else seed,
             max_new_tokens=self.max_tokens.value(),
         )
-        self.sampling_changed.emit(self.current_id, settings)
+        self.sampling_changed.emit(self.current_id or "", settings)
 
     # -- slots --------------------------------------------------------------------------------
 
@@ -221,22 +223,34 @@ class ChatView(QWidget):
         finally:
             self._updating = False
 
-    def show_conversation(self, conversation: Conversation | None, reply: str | None) -> None:
+    def show_conversation(
+        self,
+        conversation: Conversation | None,
+        reply: str | None,
+        defaults: SamplingSettings | None = None,
+    ) -> None:
+        """Show ``conversation`` (its reply in progress, its settings); with none, the settings
+        row shows ``defaults``: what the next conversation will use."""
         self.conversation = conversation
         self.reply = reply
         if conversation is not None:
-            self._updating = True
-            try:
-                s = conversation.sampling
-                self.temperature.setValue(s.temperature)
-                self.top_p.setValue(s.top_p)
-                self.top_k.setValue(s.top_k)
-                self.max_tokens.setValue(s.max_new_tokens)
-                self.seed.setValue(-1 if s.seed is None else s.seed)
-            finally:
-                self._updating = False
+            self.show_sampling(conversation.sampling)
+        else:
+            self.show_sampling(defaults or SamplingSettings())
         self.set_busy(reply is not None)
         self.refresh_transcript()
+
+    def show_sampling(self, s: SamplingSettings) -> None:
+        """Put ``s`` in the settings row (not a user's change: nothing is emitted)."""
+        self._updating = True
+        try:
+            self.temperature.setValue(s.temperature)
+            self.top_p.setValue(s.top_p)
+            self.top_k.setValue(s.top_k)
+            self.max_tokens.setValue(s.max_new_tokens)
+            self.seed.setValue(-1 if s.seed is None else s.seed)
+        finally:
+            self._updating = False
 
     def append_delta(self, conversation_id: str, text: str) -> None:
         if conversation_id != self.current_id:

@@ -241,17 +241,24 @@ class MainWindow(QMainWindow):
             self.current_conversation = items[-1][0] if items else None
         self.chat.set_conversations(items, self.current_conversation)
         if self.current_conversation is None:
-            self.chat.show_conversation(None, None)
+            self.chat.show_conversation(None, None, session.next_sampling)
         elif self.chat.current_id != self.current_conversation:
             self.select_conversation(self.current_conversation)
 
     def _send(self, conversation_id: str, text: str) -> None:
+        if not conversation_id:  # none selected: the message starts a new conversation
+            self._new_conversation()
+            conversation_id = self.current_conversation or ""
         if self.core.session.send(conversation_id, text):
             self.chat.clear_input()
 
     def _set_sampling(self, conversation_id: str, sampling: SamplingSettings) -> None:
+        session = self.core.session
         try:
-            self.core.session.set_sampling(conversation_id, sampling)
+            if conversation_id:
+                session.set_sampling(conversation_id, sampling)
+            else:
+                session.set_next_sampling(sampling)
         except ValueError as exc:
             self.messages.show_error(str(exc))
 
