@@ -9,12 +9,19 @@ import os
 import secrets
 
 from fleetgui.errors import FleetguiError
+from fleetgui.keyring_access import (
+    API_KEY_ENTRY,
+    KEYRING_SERVICE,
+    KeyringMissingError,
+    KeyringUnavailableError,
+    get_secret,
+    set_secret,
+)
 
 log = logging.getLogger(__name__)
 
 KEYRING = "keyring"
-KEYRING_SERVICE = "fleetgui"  # the service the app's secrets and the coordinator key use
-KEYRING_USER = "api-key"
+KEYRING_USER = API_KEY_ENTRY  # the app's API service reads the same entry
 ENV_VAR = "FLEETGUI_API_KEY"
 KEY_PREFIX = "sk-fleetgui-"
 
@@ -31,14 +38,7 @@ def keyring_api_key(*, create: bool = True) -> tuple[str, bool]:
     """The API key in the OS keyring and whether it was just made: with ``create`` a new one is
     stored when there is none."""
     try:
-        import keyring
-        from keyring.errors import KeyringError
-    except ImportError as exc:
-        raise ApiKeyError(
-            "--api-key keyring needs the keyring package: pip install 'fleetgui[app]'"
-        ) from exc
-    try:
-        key = keyring.get_password(KEYRING_SERVICE, KEYRING_USER)
+        key = get_secret(KEYRING_USER)
         if key:
             return key, False
         if not create:
@@ -47,10 +47,14 @@ def keyring_api_key(*, create: bool = True) -> tuple[str, bool]:
                 "fleetgui serve --api-key keyring once to create one"
             )
         key = new_api_key()
-        keyring.set_password(KEYRING_SERVICE, KEYRING_USER, key)
-    except (KeyringError, RuntimeError) as exc:  # no backend, a locked or refusing keyring
+        set_secret(KEYRING_USER, key)
+    except KeyringMissingError as exc:
         raise ApiKeyError(
-            f"the OS keyring is not usable ({type(exc).__name__}: {exc}): unlock it, or pass "
+            "--api-key keyring needs the keyring package: pip install 'fleetgui[app]'"
+        ) from exc
+    except KeyringUnavailableError as exc:  # no backend, a locked or refusing keyring
+        raise ApiKeyError(
+            f"the OS keyring is not usable ({exc}): unlock it, or pass "
             f"the key with --api-key KEY or the {ENV_VAR} environment variable"
         ) from exc
     # the key itself is not logged: log files outlive the keyring's protection

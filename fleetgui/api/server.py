@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from fleetgui.addresses import format_address
 from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.admission import Admission
 from fleetgui.api.errors import SERVER_ERROR, ApiError, invalid_key
@@ -86,10 +87,8 @@ class ApiServer:
     @property
     def url(self) -> str:
         """The API's base URL (what an OpenAI client takes as ``base_url``)."""
-        host = self.config.host
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}/v1"
+        port = self.config.port if self.port is None else self.port  # the bound one once started
+        return f"http://{format_address(self.config.host, port)}/v1"
 
     def requests_per_s(self) -> float:
         self._forget_old(time.monotonic())
@@ -113,7 +112,8 @@ class ApiServer:
             await self._runner.cleanup()
             self._runner = None
             raise ServeError(
-                f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror or exc}): "
+                f"cannot listen on {format_address(self.config.host, self.config.port)} "
+                f"({exc.strerror or exc}): "
                 "choose another --port, or stop what uses it"
             ) from exc
         addresses = self._runner.addresses  # the bound sockets' names: (host, port, ...)

@@ -20,6 +20,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from fleetgui.addresses import format_address, parse_address, zmq_endpoint
 from fleetgui.app import fleet_status
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.fleet_status import SessionState
@@ -32,13 +33,8 @@ from fleetgui.app.pairing import check_paired, pair_with_code
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import WorkerEndpoint
-from fleetgui.fleet.discovery import DiscoveryEvent, ManualWorkers, parse_address
-from fleetgui.fleet.info_probe import (
-    DEFAULT_PROBE_TIMEOUT_S,
-    WorkerStatusReason,
-    probe_status,
-    zmq_endpoint,
-)
+from fleetgui.fleet.discovery import DiscoveryEvent, ManualWorkers
+from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason, probe_status
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.fleet.worker_info import WorkerInfo
@@ -79,7 +75,7 @@ class KnownWorker:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return format_address(self.host, self.port)
 
     def placeholder(self) -> WorkerInfo:
         """A row for a worker that never answered: named by its address."""
@@ -157,7 +153,7 @@ class FleetController(QObject):
     async def add_worker(self, address: str) -> None:
         """Remember ``host:port`` and probe it now; raise saying why it is not usable."""
         host, port = parse_address(address)
-        self.manual.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        self.manual.add(format_address(host, port))
         worker = self._worker(host, port)
         worker.manual = True
         await self._refresh_one(worker)
@@ -279,7 +275,7 @@ class FleetController(QObject):
     # -- discovery ----------------------------------------------------------------------------
 
     def _worker(self, host: str, port: int) -> KnownWorker:
-        address = f"{host}:{port}"
+        address = format_address(host, port)
         if address not in self._workers:
             self._workers[address] = KnownWorker(host, port)
         return self._workers[address]

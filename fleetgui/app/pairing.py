@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgui.addresses import zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.info_probe import zmq_endpoint
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.protocol import ErrorCode, Message, Op, RemoteError
 from fleetgui.fleet.secure_socket import ConnectError, SecureClient, WorkerRefusedKeyError

@@ -14,13 +14,19 @@ from PySide6.QtCore import QObject, Signal
 from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
 from fleetgui.errors import FleetguiError
 from fleetgui.fsutil import atomic_write_text
+from fleetgui.keyring_access import (
+    KEYRING_SERVICE,
+    KeyringUnavailableError,
+    delete_secret,
+    get_secret,
+    set_secret,
+)
 from fleetgui.paths import config_dir
 from fleetgui.runtime.draft_source import parse_draft
 
 log = logging.getLogger(__name__)
 
 SETTINGS_NAME = "settings.json"
-KEYRING_SERVICE = "fleetgui"
 WEIGHTS = ("int4", "int8", "fp16", "fp32")
 
 
@@ -120,34 +126,23 @@ class Secrets:
 
     def get(self, name: str) -> str | None:
         """The secret, or None if absent or no keyring is available (logged)."""
-        import keyring
-        from keyring.errors import KeyringError
-
         try:
-            return keyring.get_password(self.service, name)
-        except KeyringError as exc:
+            return get_secret(name, self.service)
+        except KeyringUnavailableError as exc:
             log.warning("keyring unavailable, secret %s not read: %s", name, exc)
             return None
 
     def set(self, name: str, value: str) -> None:
-        import keyring
-        from keyring.errors import KeyringError
-
         try:
-            keyring.set_password(self.service, name, value)
-        except KeyringError as exc:
+            set_secret(name, value, self.service)
+        except KeyringUnavailableError as exc:
             raise SecretError(
                 f"the OS keyring refused to store {name!r} ({exc}): unlock the keyring, or on "
                 "Linux install and start a Secret Service (e.g. gnome-keyring)"
             ) from exc
 
     def delete(self, name: str) -> None:
-        import keyring
-        from keyring.errors import KeyringError, PasswordDeleteError
-
         try:
-            keyring.delete_password(self.service, name)
-        except PasswordDeleteError:
-            pass
-        except KeyringError as exc:
+            delete_secret(name, self.service)  # already gone is not an error
+        except KeyringUnavailableError as exc:
             log.warning("keyring unavailable, secret %s not deleted: %s", name, exc)

@@ -109,12 +109,11 @@ def run(args: argparse.Namespace) -> int:
             f"the desktop app needs the 'app' extra ({exc.name} is missing): "
             "pip install 'fleetgui[app]'"
         ) from exc
+    from fleetgui.addresses import format_address
     from fleetgui.fleet.open_fleet import parse_worker_list
 
     addresses = (
-        [f"{h}:{p}" if ":" not in h else f"[{h}]:{p}" for h, p in parse_worker_list(args.workers)]
-        if args.workers
-        else []
+        [format_address(h, p) for h, p in parse_worker_list(args.workers)] if args.workers else []
     )
     identity = _identity(args)
 

@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 import zmq
 
+from fleetgui.addresses import format_address
 from fleetgui.fleet.blob_store import BlobError, BlobStore, DiskFullError
 from fleetgui.fleet.forward_codec import (
     compute_ms_from,
@@ -73,7 +74,7 @@ from fleetgui.runtime.stage import StageError
 log = logging.getLogger(__name__)
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-# How a coordinator names a worker (info_probe.endpoint): tcp://host:port, IPv6 in brackets.
+# How a coordinator names a worker (addresses.zmq_endpoint): tcp://host:port, IPv6 in brackets.
 _ENDPOINT = re.compile(r"tcp://(?:\[(?P<v6>[\w:.%-]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>\d{1,5})")
 
 
@@ -527,21 +528,22 @@ async def _probe_next_worker(endpoint: str, timeout_s: float) -> None:
     match = _ENDPOINT.fullmatch(endpoint)
     assert match is not None  # checked by _next_worker
     host, port = match["v6"] or match["host"], int(match["port"])
+    where = format_address(host, port)
     try:
         async with asyncio.timeout(timeout_s):
             _, writer = await asyncio.open_connection(host, port)
     except TimeoutError:
         raise ConnectError(
-            f"{host}:{port} did not answer in {timeout_s:g} s: is that PC on, and is the port "
+            f"{where} did not answer in {timeout_s:g} s: is that PC on, and is the port "
             "open in its firewall?"
         ) from None
     except ConnectionRefusedError:
         raise ConnectError(
-            f"nothing listens at {host}:{port} (connection refused): is `fleetgui worker` "
+            f"nothing listens at {where} (connection refused): is `fleetgui worker` "
             "running there, on that port?"
         ) from None
     except OSError as exc:  # no route to the host, a name that does not resolve
-        raise ConnectError(f"cannot reach {host}:{port}: {exc.strerror or exc}") from None
+        raise ConnectError(f"cannot reach {where}: {exc.strerror or exc}") from None
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()

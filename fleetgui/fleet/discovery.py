@@ -28,6 +28,7 @@ from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from fleetgui import fsutil, paths
+from fleetgui.addresses import format_address, parse_address
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatus, probe_status
 from fleetgui.fleet.worker_info import WorkerInfo
@@ -291,14 +292,6 @@ class ManualWorkersError(FleetguiError):
     """``workers.json`` cannot be read."""
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``; raise FleetguiError if malformed."""
-    match = re.fullmatch(r"\s*(?:\[([^\]]+)\]|([^:\s]+)):(\d{1,5})\s*", text)
-    if match is None or not 0 < int(match.group(3)) < 65535:
-        raise FleetguiError(f"{text!r} is not HOST:PORT (a worker address, e.g. 192.168.1.20:5555)")
-    return match.group(1) or match.group(2), int(match.group(3))
-
-
 class ManualWorkers:
     """Workers the user added by address, kept in ``workers.json`` (written atomically)."""
 
@@ -383,7 +376,7 @@ class ManualDiscovery(Discovery):
                 for host, port in targets
             )
         )
-        listed = {f"{host}:{port}" for host, port in targets}
+        listed = {format_address(host, port) for host, port in targets}
         for status in results:
             self.statuses[status.address] = status
             if status.seen and status.info is not None:
@@ -396,7 +389,7 @@ class ManualDiscovery(Discovery):
         return dict(self.statuses)
 
     def _last(self, host: str, port: int) -> WorkerInfo | None:
-        status = self.statuses.get(f"{host}:{port}")
+        status = self.statuses.get(format_address(host, port))
         return status.info if status is not None else None
 
     async def start(self) -> None:

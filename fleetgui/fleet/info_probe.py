@@ -30,6 +30,7 @@ import zmq
 import zmq.asyncio
 
 from fleetgui import __version__
+from fleetgui.addresses import format_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.protocol import PROTOCOL_VERSION
 from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
@@ -117,11 +118,6 @@ class WorkerStatus:
         return f"{name} ({self.address}): {self.reason.label}"
 
 
-def zmq_endpoint(host: str, port: int) -> str:
-    """``tcp://host:port``, with IPv6 literals bracketed."""
-    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
-
-
 class InfoProbeServer:
     """Answers info probes on ``host:port + 1`` while the worker's event loop runs.
 
@@ -160,12 +156,12 @@ class InfoProbeServer:
         except zmq.ZMQError as exc:
             sock.close()
             raise FleetguiError(
-                f"cannot listen for info probes on {self.host}:{self.port}: {exc}; stop the "
-                f"program using that port or start the worker with another --listen port"
+                f"cannot listen for info probes on {format_address(self.host, self.port)}: {exc}; "
+                f"stop the program using that port or start the worker with another --listen port"
             ) from exc
         self._socket = sock
         self._task = asyncio.create_task(self._serve(sock), name="info-probe")
-        logger.info("answering info probes on %s:%d", self.host, self.port)
+        logger.info("answering info probes on %s", format_address(self.host, self.port))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -220,6 +216,7 @@ class InfoProbeServer:
 
 async def _check_tcp(host: str, port: int, address: str, deadline: float) -> None:
     """Raise the right :class:`WorkerProbeError` unless ``host:port`` speaks ZMTP."""
+    where = format_address(host, port)  # the port probed, which need not be ``address``'s
     loop = asyncio.get_running_loop()
     try:
         reader, writer = await asyncio.wait_for(
@@ -233,7 +230,7 @@ async def _check_tcp(host: str, port: int, address: str, deadline: float) -> Non
         ) from exc
     except TimeoutError as exc:
         raise WorkerProbeError(
-            WorkerStatusReason.NOT_ANSWERING, address, f"{host}:{port} did not accept a connection"
+            WorkerStatusReason.NOT_ANSWERING, address, f"{where} did not accept a connection"
         ) from exc
     except socket.gaierror as exc:
         raise WorkerProbeError(
@@ -241,7 +238,7 @@ async def _check_tcp(host: str, port: int, address: str, deadline: float) -> Non
         ) from exc
     except OSError as exc:
         raise WorkerProbeError(
-            WorkerStatusReason.NOT_ANSWERING, address, f"cannot reach {host}:{port} ({exc})"
+            WorkerStatusReason.NOT_ANSWERING, address, f"cannot reach {where} ({exc})"
         ) from exc
     try:
         greeting = await asyncio.wait_for(
@@ -251,11 +248,11 @@ async def _check_tcp(host: str, port: int, address: str, deadline: float) -> Non
         raise WorkerProbeError(
             WorkerStatusReason.NOT_ANSWERING,
             address,
-            f"{host}:{port} accepts connections but never says anything",
+            f"{where} accepts connections but never says anything",
         ) from exc
     except OSError as exc:
         raise WorkerProbeError(
-            WorkerStatusReason.NOT_ANSWERING, address, f"{host}:{port} dropped the connection"
+            WorkerStatusReason.NOT_ANSWERING, address, f"{where} dropped the connection"
         ) from exc
     finally:
         writer.close()
@@ -265,18 +262,18 @@ async def _check_tcp(host: str, port: int, address: str, deadline: float) -> Non
         raise WorkerProbeError(
             WorkerStatusReason.NOT_ANSWERING,
             address,
-            f"{host}:{port} closed the connection without a word",
+            f"{where} closed the connection without a word",
         )
     if greeting[0] != 0xFF:  # every ZMTP peer starts with 0xFF; HTTP, SSH... do not
         raise WorkerProbeError(
             WorkerStatusReason.NOT_FLEETGUI,
             address,
-            f"{host}:{port} is not a ZeroMQ service (it said {greeting!r})",
+            f"{where} is not a ZeroMQ service (it said {greeting!r})",
         )
 
 
 def _parse_reply(frames: list[bytes], host: str, port: int) -> WorkerInfo:
-    address = f"{host}:{port}"
+    address = format_address(host, port)
     if len(frames) != 1:
         raise WorkerProbeError(
             WorkerStatusReason.NOT_FLEETGUI, address, f"its reply had {len(frames)} parts, not 1"
@@ -315,7 +312,7 @@ async def probe(
     The answer's ``host`` and ``port`` are the ones given (the address that reached it). Takes
     at most about ``timeout_s``. Raises :class:`WorkerProbeError`; its ``reason`` says why.
     """
-    address = f"{host}:{port}"
+    address = format_address(host, port)
     info_port = port + INFO_PORT_OFFSET
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -351,7 +348,7 @@ async def probe_status(
 ) -> WorkerStatus:
     """:func:`probe` as a :class:`WorkerStatus` (never raises a probe failure); ``last`` is the
     record to keep showing when the worker is not seen."""
-    address = f"{host}:{port}"
+    address = format_address(host, port)
     try:
         return WorkerStatus(address, await probe(host, port, timeout_s, context=context))
     except WorkerProbeError as exc:

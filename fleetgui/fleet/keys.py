@@ -23,7 +23,6 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import zmq
 from zmq.utils import z85
@@ -31,11 +30,17 @@ from zmq.utils import z85
 from fleetgui import paths
 from fleetgui.errors import FleetguiError
 from fleetgui.fsutil import atomic_write_text
+from fleetgui.keyring_access import (
+    COORDINATOR_SECRET_ENTRY,
+    KEYRING_SERVICE,
+    KeyringUnavailableError,
+    get_secret,
+    set_secret,
+)
 
 logger = logging.getLogger(__name__)
 
-KEYRING_SERVICE = "fleetgui"
-KEYRING_USER = "coordinator-secret"
+KEYRING_USER = COORDINATOR_SECRET_ENTRY  # the keyring entry of the coordinator's secret key
 COORDINATOR_KEY = "coordinator.key"
 COORDINATOR_PUB = "coordinator.pub"
 WORKER_KEY = "worker.key"
@@ -183,28 +188,16 @@ def worker_identity(path: Path | None = None) -> KeyPair:
     return read_secret_file(path)
 
 
-def _keyring_get() -> tuple[Any, str | None]:
-    """The keyring module and the stored secret; raises OSError when no keyring is usable."""
-    try:
-        import keyring
-        import keyring.errors
-    except ImportError as exc:
-        raise OSError("the keyring package is not installed") from exc
-    try:
-        return keyring, keyring.get_password(KEYRING_SERVICE, KEYRING_USER)
-    except (keyring.errors.KeyringError, RuntimeError) as exc:  # NoKeyringError, locked, ...
-        raise OSError(f"{type(exc).__name__}: {exc}") from exc
-
-
 def coordinator_identity() -> KeyPair:
     """This PC's coordinator key pair, created on first use (keyring, else a 0600 file)."""
     config = paths.config_dir()
     secret_file = config / COORDINATOR_KEY
-    keyring: Any = None
+    keyring_usable = False
     secret: str | None = None
     try:
-        keyring, secret = _keyring_get()
-    except OSError as exc:
+        secret = get_secret(KEYRING_USER)
+        keyring_usable = True
+    except KeyringUnavailableError as exc:
         logger.warning(
             "no usable OS keyring (%s): the coordinator's secret key is kept in %s, "
             "readable only by you",
@@ -223,9 +216,9 @@ def coordinator_identity() -> KeyPair:
     else:
         pair = KeyPair.generate()
         stored = False
-        if keyring is not None:
+        if keyring_usable:
             try:
-                keyring.set_password(KEYRING_SERVICE, KEYRING_USER, pair.secret)
+                set_secret(KEYRING_USER, pair.secret)
                 stored = True
             except Exception as exc:  # any backend failure: fall back to the private file
                 logger.warning(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui import paths
+from fleetgui.addresses import parse_address
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.keys import KNOWN_WORKERS, KeyFileError, fingerprint
 from fleetgui.fsutil import atomic_write_text
@@ -23,6 +24,30 @@ logger = logging.getLogger(__name__)
 
 class WorkerKeyChangedError(FleetguiError):
     """A worker presented a key other than the one pinned for it."""
+
+
+def _entry_ids(address: str, name: str) -> list[str]:
+    """The ids the worker's entry may be filed under: ``name@address``, and for an IPv6 worker
+    also the unbracketed ``name@fe80::1:5555`` that addresses were written as before they were
+    bracketed, so that keys pinned then are still found (and still guard against a new key)."""
+    ids = [f"{name}@{address}"]
+    if address.startswith("["):
+        try:
+            host, port = parse_address(address)
+        except FleetguiError:
+            return ids
+        ids.append(f"{name}@{host}:{port}")
+    return ids
+
+
+def _find(workers: dict[str, Any], address: str, name: str) -> tuple[str, str | None]:
+    """The id the worker's entry is filed under (the current form when there is none) and its
+    pinned key."""
+    for entry_id in _entry_ids(address, name):
+        entry = workers.get(entry_id)
+        if isinstance(entry, dict):
+            return entry_id, entry.get("public_key")
+    return f"{name}@{address}", None
 
 
 class KnownWorkers:
@@ -48,16 +73,13 @@ class KnownWorkers:
 
     def pinned(self, address: str, name: str) -> str | None:
         """The key pinned for the worker, if any."""
-        entry = self._load().get(f"{name}@{address}")
-        return entry.get("public_key") if isinstance(entry, dict) else None
+        return _find(self._load(), address, name)[1]
 
     def check(self, address: str, name: str, public_key: str) -> bool:
         """Pin ``public_key`` on first contact (True), accept it if it is the pinned key
         (False), else raise :class:`WorkerKeyChangedError`."""
         workers = self._load()
-        entry_id = f"{name}@{address}"
-        entry = workers.get(entry_id)
-        pinned = entry.get("public_key") if isinstance(entry, dict) else None
+        entry_id, pinned = _find(workers, address, name)
         if pinned == public_key:
             return False
         if pinned is not None:
@@ -81,7 +103,8 @@ class KnownWorkers:
     def forget(self, address: str, name: str) -> bool:
         """Remove the worker's pinned key; False if none was pinned."""
         workers = self._load()
-        if workers.pop(f"{name}@{address}", None) is None:
+        removed = [workers.pop(i, None) for i in _entry_ids(address, name)]
+        if all(entry is None for entry in removed):
             return False
         atomic_write_text(self.path, json.dumps({"version": 1, "workers": workers}, indent=2))
         return True

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetgui.addresses import format_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import WorkerEndpoint
-from fleetgui.fleet.info_probe import zmq_endpoint
 from fleetgui.fleet.keys import KeyFileError, KeyPair, load_identity, write_identity
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class LocalWorker:
 
     @property
     def address(self) -> str:
-        return f"{self.info['host']}:{self.info['port']}"
+        return format_address(self.info["host"], self.info["port"])
 
 
 @dataclass

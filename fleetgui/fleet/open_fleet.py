@@ -11,11 +11,11 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from fleetgui.addresses import parse_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
 from fleetgui.fleet.deploy import ProgressCallback
-from fleetgui.fleet.discovery import parse_address
-from fleetgui.fleet.info_probe import probe, zmq_endpoint
+from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.secure_socket import SecureClient

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fleetgui.addresses import format_address
 from fleetgui.errors import FleetguiError
 
 DEFAULT_PORT = 5555  # a worker's protocol port; the info probe answers on the next one
@@ -43,8 +44,8 @@ class WorkerInfo:
 
     @property
     def address(self) -> str:
-        """``host:port`` of the encrypted protocol."""
-        return f"{self.host}:{self.port}"
+        """``host:port`` (``[v6]:port``) of the encrypted protocol; pinned keys are filed by it."""
+        return format_address(self.host, self.port)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

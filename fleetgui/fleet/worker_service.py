@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgui import paths
+from fleetgui.addresses import zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.agent import WorkerAgent, WorkerConfig
 from fleetgui.fleet.discovery import ZeroconfAdvertiser
-from fleetgui.fleet.info_probe import InfoProbeServer, zmq_endpoint
+from fleetgui.fleet.info_probe import InfoProbeServer
 from fleetgui.fleet.keys import AUTHORIZED_KEYS, KeyPair, fingerprint
 from fleetgui.fleet.sysinfo import collect_worker_info
 from fleetgui.fleet.trust import Authorizer
@@ -186,7 +187,7 @@ def _report_ready(info: WorkerInfo, identity: KeyPair, config: ServiceConfig) ->
         sys.stdout.flush()
         return
     print(
-        f"fleetgui worker {info.name!r} ready on {info.host}:{info.port} "
+        f"fleetgui worker {info.name!r} ready on {info.address} "
         f"(info probe on port {info.port + INFO_PORT_OFFSET}), key {fingerprint(identity.public)}",
         flush=True,
     )

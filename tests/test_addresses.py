@@ -1,0 +1,106 @@
+"""Network addresses as text (``fleetgui.addresses``), and the pinned worker keys filed by them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetgui.addresses import format_address, parse_address, zmq_endpoint
+from fleetgui.errors import FleetguiError
+from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.worker_info import WorkerInfo
+
+CASES = [  # (host, port, host:port, tcp endpoint)
+    ("192.168.1.20", 5555, "192.168.1.20:5555", "tcp://192.168.1.20:5555"),
+    ("pc-kitchen.local", 6000, "pc-kitchen.local:6000", "tcp://pc-kitchen.local:6000"),
+    ("localhost", 1, "localhost:1", "tcp://localhost:1"),
+    ("fe80::1", 5555, "[fe80::1]:5555", "tcp://[fe80::1]:5555"),
+    ("::1", 65534, "[::1]:65534", "tcp://[::1]:65534"),
+    ("fe80::1%eth0", 5555, "[fe80::1%eth0]:5555", "tcp://[fe80::1%eth0]:5555"),
+]
+
+
+@pytest.mark.parametrize(("host", "port", "address", "endpoint"), CASES)
+def test_format_and_endpoint(host: str, port: int, address: str, endpoint: str) -> None:
+    assert format_address(host, port) == address
+    assert zmq_endpoint(host, port) == endpoint
+
+
+@pytest.mark.parametrize(("host", "port", "address", "endpoint"), CASES)
+def test_parse_reads_back_what_format_writes(
+    host: str, port: int, address: str, endpoint: str
+) -> None:
+    assert parse_address(address) == (host, port)
+    assert parse_address(f"  {address}\t") == (host, port)  # as typed into a field
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "pc",
+        "pc:",
+        ":5555",
+        "pc:0",
+        "pc:65535",  # the info probe would need port + 1
+        "pc:70000",
+        "pc:123456",
+        "pc:port",
+        "pc:-1",
+        "fe80::1:5555",  # IPv6 without brackets: which colon is the port's?
+        "[fe80::1]",
+        "[fe80::1]5555",
+        "pc name:5555",
+        "tcp://pc:5555",
+    ],
+)
+def test_parse_rejects_saying_what_is_expected(text: str) -> None:
+    with pytest.raises(FleetguiError) as raised:
+        parse_address(text)
+    assert str(raised.value) == (
+        f"{text!r} is not HOST:PORT (a worker address, e.g. 192.168.1.20:5555)"
+    )
+
+
+def test_worker_info_address_brackets_ipv6_only() -> None:
+    v4 = WorkerInfo("a", "10.0.0.2", 5555, "k", "1", 1)
+    v6 = WorkerInfo("b", "fe80::2", 5555, "k", "1", 1)
+    assert (v4.address, v6.address) == ("10.0.0.2:5555", "[fe80::2]:5555")
+
+
+def _pinned_file(path: Path, entries: dict[str, str]) -> None:
+    """A known_workers.json as an older fleetgui wrote it: ``name@address`` -> entry."""
+    workers = {
+        entry_id: {"public_key": key, "name": entry_id.split("@")[0], "address": "x"}
+        for entry_id, key in entries.items()
+    }
+    path.write_text(json.dumps({"version": 1, "workers": workers}), encoding="utf-8")
+
+
+def test_keys_pinned_under_unbracketed_ipv6_are_still_found(tmp_path: Path) -> None:
+    """Before addresses were bracketed, an IPv6 worker was pinned as ``name@fe80::2:5555``."""
+    path = tmp_path / "known_workers.json"
+    key, other = KeyPair.generate().public, KeyPair.generate().public
+    _pinned_file(path, {"pc@fe80::2:5555": key})
+    known = KnownWorkers(path)
+    assert known.pinned("[fe80::2]:5555", "pc") == key
+    assert known.check("[fe80::2]:5555", "pc", key) is False  # accepted, not pinned again
+    with pytest.raises(WorkerKeyChangedError, match="'pc@fe80::2:5555'"):
+        known.check("[fe80::2]:5555", "pc", other)  # the entry to remove is named as it is
+    assert known.forget("[fe80::2]:5555", "pc") is True
+    assert known.pinned("[fe80::2]:5555", "pc") is None
+    assert json.loads(path.read_text(encoding="utf-8"))["workers"] == {}
+
+
+def test_new_pins_use_the_bracketed_form_and_ipv4_is_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "known_workers.json"
+    key = KeyPair.generate().public
+    known = KnownWorkers(path)
+    assert known.check("[fe80::2]:5555", "pc", key) is True
+    assert known.check("10.0.0.2:5555", "pc", key) is True
+    workers = json.loads(path.read_text(encoding="utf-8"))["workers"]
+    assert set(workers) == {"pc@[fe80::2]:5555", "pc@10.0.0.2:5555"}
+    assert known.check("[fe80::2]:5555", "pc", key) is False
