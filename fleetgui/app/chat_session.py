@@ -40,6 +40,9 @@ class _Reply:
     conversation_id: str
     text: str = ""
     saved_at: float = 0.0
+    # what writes the reply, taken when it starts (the mode may be changed while it streams)
+    model: str = ""
+    mode: str = ""
 
 
 class ChatSession(QObject):
@@ -172,7 +175,12 @@ class ChatSession(QObject):
         # rendered with the model's chat template, and fitted to its context, off this thread
         options = self.inference.chat_options(options)
         request = self.inference.submit_chat(chat_messages(conversation.messages), options)
-        self._replies[request] = _Reply(conversation.id, saved_at=time.monotonic())
+        self._replies[request] = _Reply(
+            conversation.id,
+            saved_at=time.monotonic(),
+            model=self.inference.description,
+            mode=str(self.inference.mode),
+        )
         self.busy_changed.emit(conversation.id, True)
 
     # -- replies ------------------------------------------------------------------------------
@@ -187,7 +195,7 @@ class ChatSession(QObject):
         if now - reply.saved_at > SAVE_EVERY_S:
             reply.saved_at = now
             conversation = self.get(reply.conversation_id)
-            draft = finished_message(reply.text, STOPPED)
+            draft = finished_message(reply.text, STOPPED, model=reply.model, mode=reply.mode)
             self.store.save(replace(conversation, messages=[*conversation.messages, draft]))
 
     def _end(self, request: int, message: Message | None, reason: str, error: str = "") -> None:
@@ -197,8 +205,8 @@ class ChatSession(QObject):
         conversation = self._conversations.get(reply.conversation_id)
         if conversation is None:  # deleted while generating
             return
-        if message is not None:
-            conversation.add(message)
+        if message is not None:  # shown under the reply: what wrote it
+            conversation.add(replace(message, model=reply.model, mode=reply.mode))
         self.store.save(conversation)
         self.messages_changed.emit(conversation.id)
         self.busy_changed.emit(conversation.id, False)

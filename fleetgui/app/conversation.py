@@ -65,6 +65,8 @@ class Message:
     tokens: int = 0  # assistant: tokens generated
     ttft_ms: float = 0.0  # assistant: time to the first token
     tokens_per_s: float = 0.0  # assistant: decode rate
+    model: str = ""  # assistant: what served it ("" when unknown, as in older files)
+    mode: str = ""  # assistant: the decoding mode ("PP+SD, K auto")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
@@ -79,6 +81,8 @@ class Message:
             tokens=int(data.get("tokens", 0)),
             ttft_ms=float(data.get("ttft_ms", 0.0)),
             tokens_per_s=float(data.get("tokens_per_s", 0.0)),
+            model=str(data.get("model", "")),
+            mode=str(data.get("mode", "")),
         )
 
 

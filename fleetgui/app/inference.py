@@ -124,6 +124,11 @@ class InferenceService(QObject):
         return f"ready: {self._description}" if self._pipeline is not None else "no model"
 
     @property
+    def description(self) -> str:
+        """What serves the chat ("model on 3 PCs, draft ..."); "" with no model."""
+        return self._description if self._pipeline is not None else ""
+
+    @property
     def busy(self) -> bool:
         return bool(self._requests)
 

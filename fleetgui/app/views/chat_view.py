@@ -18,14 +18,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
-from fleetgui.app.chat_format import copied_message, render_conversation
+from fleetgui.app.chat_format import copied_message
 from fleetgui.app.conversation import ASSISTANT, Conversation, SamplingSettings
 from fleetgui.app.theme import colors
+from fleetgui.app.views.transcript import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ class ChatView(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.list, 1)
         left_layout.addLayout(list_buttons)
-        self.transcript = QTextBrowser()
-        self.transcript.setOpenLinks(False)  # links are actions (Copy), not pages to open
+        self.transcript = Transcript()
         self.transcript.anchorClicked.connect(self._on_link)
         self.format_note = QLabel()  # how the model is prompted, when the user should know
         self.format_note.setWordWrap(True)
@@ -88,7 +87,7 @@ class ChatView(QWidget):
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
-        self._render_timer.timeout.connect(self.refresh_transcript)
+        self._render_timer.timeout.connect(self.render_tick)
         self._updating = False
         self.show_sampling(SamplingSettings())  # not the spin boxes' minimums (top-p 0.01, ...)
         self.set_busy(False)
@@ -273,7 +272,11 @@ class ChatView(QWidget):
         self.state.setText("writing…" if busy else "")
 
     def refresh_transcript(self) -> None:
+        """Show the conversation; what is already shown of it is kept (see ``Transcript``)."""
         messages = self.conversation.messages if self.conversation is not None else []
-        self.transcript.setHtml(render_conversation(messages, colors(), self.reply))
-        bar = self.transcript.verticalScrollBar()
-        bar.setValue(bar.maximum())
+        self.transcript.show_messages(self.current_id, messages, self.reply, colors())
+
+    def render_tick(self) -> None:
+        """A render tick: only the growing reply is re-rendered."""
+        if self.reply is not None:
+            self.transcript.update_reply(self.reply)
