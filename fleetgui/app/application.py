@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -77,12 +80,54 @@ def run_in_qt_loop(
             await core.inference.unload()
             await core.fleet_actions.close()
 
+    task = loop.create_task(wrapped())
     try:
-        return loop.run_until_complete(wrapped())
+        with _ctrl_c_cancels(task):
+            return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None  # the command ends with one line and status 130
     finally:
         window.close()
         loop.close()
         asyncio.set_event_loop(None)
+
+
+@contextmanager
+def _ctrl_c_cancels(task: asyncio.Task[Any]) -> Iterator[None]:
+    """Ctrl+C (SIGINT) cancels ``task``, so the app closes through its usual cleanup; a second
+    Ctrl+C ends the process at once. Python's default handler would raise KeyboardInterrupt in
+    whatever Qt callback runs next (a traceback printed by Qt, the app running on). Python runs
+    signal handlers only between bytecodes, so a timer wakes the interpreter while Qt waits."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set on the main thread
+        return
+
+    pressed = False
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        # only a flag: the handler can interrupt any code, logging's own writes included
+        nonlocal pressed
+        pressed = True
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def check() -> None:
+        nonlocal pressed
+        if pressed:
+            pressed = False
+            log.info("Ctrl+C: closing the app (Ctrl+C again ends it at once)")
+            task.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    wake = QTimer()
+    wake.timeout.connect(check)
+    wake.start(200)
+    try:
+        yield
+    finally:
+        wake.stop()
+        signal.signal(signal.SIGINT, previous)
 
 
 async def interactive(core: AppCore, window: MainWindow) -> int:
@@ -92,5 +137,6 @@ async def interactive(core: AppCore, window: MainWindow) -> int:
     if isinstance(app, QApplication):
         app.lastWindowClosed.connect(closed.set)
     window.show()
+    log.debug("app window shown")
     await closed.wait()
     return 0

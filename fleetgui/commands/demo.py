@@ -129,10 +129,10 @@ def _options(args: argparse.Namespace) -> Any:
 
 async def _headless(args: argparse.Namespace) -> int:
     from fleetgui.commands.generate import result_record
-    from fleetgui.demo.progress import TqdmProgress
+    from fleetgui.demo.progress import CliProgress
     from fleetgui.demo.session import start_demo
 
-    bar = TqdmProgress()
+    bar = CliProgress()
     try:
         demo = await start_demo(args.size, progress=bar, draft=args.draft)
     finally:
@@ -210,11 +210,11 @@ async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> 
 def _with_app(args: argparse.Namespace) -> int:
     from fleetgui import paths
     from fleetgui.commands import gui
-    from fleetgui.demo.progress import TqdmProgress
+    from fleetgui.demo.progress import CliProgress
     from fleetgui.demo.session import WORKERS, prepare_models
     from fleetgui.fleet.local_fleet import LocalFleet
 
-    bar = TqdmProgress()
+    bar = CliProgress()
     try:
         models = prepare_models(args.size, bar, draft=args.draft)
     finally:
@@ -231,6 +231,11 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)
     if args.prompt is not None and not args.headless and args.screenshot is None:
         args.headless = True  # --prompt answers once in the terminal
+    if not args.headless and args.screenshot is None:
+        from fleetgui.display_check import require_display
+
+        # before the model is fetched or built: that can take an hour, then Qt would abort
+        require_display("or run 'fleetgui demo --headless' to chat in the terminal")
     if args.headless:
         try:
             return asyncio.run(_headless(args))

@@ -97,6 +97,10 @@ async def _add_workers(core: AppCore, addresses: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.screenshot is None:  # --screenshot renders offscreen: no screen needed
+        from fleetgui.display_check import require_display
+
+        require_display()
     try:
         from fleetgui.app.application import interactive, qt_application, run_in_qt_loop
         from fleetgui.app.fleet_app import build_fleet_core

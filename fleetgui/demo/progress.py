@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -149,3 +150,100 @@ class TqdmProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class ProgressLog:
+    """A :data:`ProgressCallback` writing the build's progress to the log: each new phase at
+    once, then at most one "still building" line per ``interval`` seconds. Where no bar is drawn
+    (output not on a terminal) it is all a log shows of a build that can take an hour.
+
+    :meth:`heartbeat` repeats the latest state when no event came for ``interval`` (a thread
+    calls it: some steps, such as the export, report nothing for minutes)."""
+
+    def __init__(self, interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: BuildProgress | None = None
+        self._started = clock()
+        self._logged = float("-inf")
+
+    def __call__(self, event: BuildProgress) -> None:
+        with self._lock:
+            new_phase = self._latest is None or self._latest.phase != event.phase
+            self._latest = event
+            if new_phase:
+                self._log(event, "building")
+            elif self._clock() - self._logged >= self.interval:
+                self._log(event, "still building")
+
+    def heartbeat(self) -> None:
+        """Log the latest state if nothing was logged for ``interval``."""
+        with self._lock:
+            now = self._clock()
+            if now - self._logged < self.interval:
+                return
+            latest = self._latest
+            if latest is not None and latest.done < latest.total:
+                self._log(latest, "still building")
+                return
+            # between reported phases (fetching, exporting): no step to name
+            self._logged = now
+            after = f" after {latest.label}" if latest is not None else ""
+            log.info("still working%s, %.0f s elapsed", after, now - self._started)
+
+    def _log(self, event: BuildProgress, what: str) -> None:
+        now = self._clock()
+        self._logged = now
+        loss = f", loss {event.loss:.3f}" if event.loss is not None else ""
+        log.info(
+            "%s: %s, step %d of %d (%.0f%% overall%s), %.0f s elapsed",
+            what, event.label, event.done, event.total, 100 * event.overall, loss,
+            now - self._started,
+        )  # fmt: skip
+
+
+class BuildStoppedError(Exception):
+    """Raised into a build by its progress callback once the command stopped (Ctrl+C)."""
+
+
+class CliProgress:
+    """The commands' build progress: a tqdm bar on a terminal, else :class:`ProgressLog` lines
+    (with a heartbeat thread) in the log. After :meth:`close` the next event raises
+    :class:`BuildStoppedError`, so a build left running in a thread (an interrupted
+    ``asyncio.to_thread``) stops at its next step instead of running on to the end."""
+
+    def __init__(self, file: TextIO | None = None, interval: float = 30.0) -> None:
+        stream = file if file is not None else sys.stderr
+        self._bar = TqdmProgress(stream)
+        self._log = None if _is_terminal(stream) else ProgressLog(interval)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._log is not None:
+            self._thread = threading.Thread(
+                target=self._beat, args=(self._log,), name="build-progress", daemon=True
+            )
+            self._thread.start()
+
+    def __call__(self, event: BuildProgress) -> None:
+        if self._closed.is_set():
+            raise BuildStoppedError("the build was stopped")
+        self._bar(event)
+        if self._log is not None:
+            self._log(event)
+
+    def _beat(self, progress: ProgressLog) -> None:
+        while not self._closed.wait(progress.interval / 3):
+            progress.heartbeat()
+
+    def close(self) -> None:
+        """Finish the bar, stop the heartbeat; later events stop the build."""
+        self._closed.set()
+        self._bar.close()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream: treat as a file
+        return False
