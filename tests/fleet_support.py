@@ -20,6 +20,7 @@ from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair, write_identity
 
 READY_TIMEOUT_S = 60.0
+BUSY_PORT_TRIES = 20  # a restart on its old port waits up to 10 s for the port to be free
 
 
 @dataclass
@@ -43,6 +44,24 @@ class WorkerProcess:
         return f"{self.info['host']}:{self.info['port']}"
 
     def start(self) -> WorkerProcess:
+        """Start it and wait until it is ready. A restart on its old ports retries while one is
+        taken: a client's connection may hold it as its ephemeral port for a moment (the
+        coordinator keeps reconnecting to a killed worker), and a CI run once lost that race."""
+        listen = self.args[self.args.index("--listen") + 1] if "--listen" in self.args else ":0"
+        fixed_port = not listen.endswith(":0")
+        for _ in range(BUSY_PORT_TRIES if fixed_port else 1):
+            log = self.home / "stderr.log"
+            before = log.stat().st_size if log.exists() else 0
+            try:
+                return self._start_once()
+            except RuntimeError:
+                said = log.read_text()[before:] if log.exists() else ""
+                if "Address already in use" not in said:
+                    raise
+            time.sleep(0.5)
+        return self._start_once()
+
+    def _start_once(self) -> WorkerProcess:
         env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "fleetgui", *self.args],
