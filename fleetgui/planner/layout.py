@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetgui.planner.groups import group_tokens_per_s, meets, user_tokens_per_s
-from fleetgui.planner.plan import LeftOut, Plan
+from fleetgui.planner.plan import LeftOut, Plan, left_out_lines
 
 log = logging.getLogger(__name__)
 
@@ -218,10 +218,7 @@ class Layout:
             if len(self.alternatives) > len(shown):
                 more = len(self.alternatives) - len(shown)
                 lines.append(f"  ... and {more} more (all of them in the JSON document)")
-        if self.left_out:
-            lines.append("Left out:")
-            lines.extend(f"  {x.device}: {x.reason}" for x in self.left_out)
-        return lines
+        return lines + left_out_lines(self.left_out)
 
     def __str__(self) -> str:
         return "\n".join(self.table_lines())

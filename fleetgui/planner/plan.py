@@ -59,6 +59,13 @@ class LeftOut:
     reason: str
 
 
+def left_out_lines(left_out: tuple[LeftOut, ...]) -> list[str]:
+    """The preview's lines naming the PCs a plan or layout leaves out, and why."""
+    if not left_out:
+        return []
+    return ["Left out:", *(f"  {x.device}: {x.reason}" for x in left_out)]
+
+
 @dataclass(frozen=True)
 class Plan:
     """Devices in ring order (coordinator first), each with its contiguous layer range."""
@@ -164,10 +171,7 @@ class Plan:
         )
         if self.overcommitted:
             lines.append(f"Does not fit in memory on: {', '.join(self.overcommitted)}")
-        if self.left_out:
-            lines.append("Left out:")
-            lines.extend(f"  {x.device}: {x.reason}" for x in self.left_out)
-        return lines
+        return lines + left_out_lines(self.left_out)
 
     def __str__(self) -> str:
         return "\n".join(self.table_lines())
