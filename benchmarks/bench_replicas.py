@@ -5,7 +5,9 @@ greedy streams, each PC being a worker process pinned to its own core (``taskset
 OpenVINO thread:
 
 * ``copies``: a whole copy (a 1-stage export) on each worker, one stream on each
-  (``fleet.replicas``);
+  (``fleet.replicas``), each worker chaining its decode steps itself (DECODE);
+* ``copies, a request a step``: the same with one coordinator request per token, as before
+  DECODE;
 * ``pipeline``: one 2-stage pipeline over both workers, the 2 streams interleaved (PP+MB);
 * ``genai x2``: two independent ``openvino_genai.LLMPipeline`` processes on the monolithic
   export, one per core, one stream each, at the better of the plugin's default precision and
@@ -37,6 +39,7 @@ from fleetgui.demo.session import export_real
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.replicas import open_copies
+from fleetgui.fleet.ring_route import RouteConfig
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 
 log = logging.getLogger("bench_replicas")
@@ -108,11 +111,12 @@ async def fleet_rate(pipeline: Any, tokens: int, name: str) -> float:
 
 
 async def copies_rate(
-    identity: KeyPair, workers: list[WorkerProcess], export: Path, n: int
+    identity: KeyPair, workers: list[WorkerProcess], export: Path, n: int, name: str
 ) -> float:
-    copies = await open_copies(export, [[w.endpoint] for w in workers], identity)
+    config = CoordinatorConfig(route=RouteConfig(worker_decode=name == "copies"))
+    copies = await open_copies(export, [[w.endpoint] for w in workers], identity, config)
     try:
-        return await fleet_rate(copies, n, "copies")
+        return await fleet_rate(copies, n, name)
     finally:
         await copies.close()
 
@@ -178,7 +182,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     keys = root / "authorized_keys"
     keys.write_text(f"{identity.public} bench\n")
-    runs: dict[str, list[float]] = {"copies": [], "pipeline": [], "genai x2": []}
+    stepwise = "copies, a request a step"
+    runs: dict[str, list[float]] = {"copies": [], stepwise: [], "pipeline": [], "genai x2": []}
     genai: dict[str, list[float]] = {"default": [], "f32": []}  # the best one is the bar
     names = ["a", "b"]
     started = [
@@ -188,7 +193,10 @@ def main() -> None:
     workers = [w for context in started for w in context.__enter__()]
     try:
         for repeat in range(args.repeats):
-            runs["copies"].append(asyncio.run(copies_rate(identity, workers, whole, args.tokens)))
+            for name in ("copies", stepwise):
+                runs[name].append(
+                    asyncio.run(copies_rate(identity, workers, whole, args.tokens, name))
+                )
             runs["pipeline"].append(
                 asyncio.run(pipeline_rate(identity, workers, export, args.tokens))
             )
@@ -209,6 +217,7 @@ def main() -> None:
     # ratios paired within each repeat: the machine's load drifts between repeats
     rows.append(("copies / genai x2", f"{paired(runs, 'copies', 'genai x2'):.2f}x"))
     rows.append(("copies / pipeline", f"{paired(runs, 'copies', 'pipeline'):.2f}x"))
+    rows.append(("copies / a request a step", f"{paired(runs, 'copies', stepwise):.2f}x"))
     for name, shares in CPU_SHARE.items():
         rows.append((f"coordinator CPU, {name}", f"{statistics.median(shares):.0%} of a core"))
     figures = {

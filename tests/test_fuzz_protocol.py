@@ -19,7 +19,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fleetgui.fleet.forward_codec import decode_forward, decode_result  # noqa: E402
+from fleetgui.fleet.forward_codec import (  # noqa: E402
+    decode_forward,
+    decode_result,
+    decode_steps_from_message,
+)
 from fleetgui.fleet.keys import KeyPair  # noqa: E402
 from fleetgui.fleet.protocol import (  # noqa: E402
     _DTYPE_BY_CODE,
@@ -39,15 +43,15 @@ from fleetgui.fleet.secure_socket import SecureClient  # noqa: E402
 #: generated metas reach the handlers' checks rather than stopping at a missing key.
 KEYS = (
     "code", "comment", "compact", "device", "end_layer", "epoch", "files", "first", "head",
-    "index", "kind", "model_file", "model_files", "model_id", "ms_per_layer", "n_layers",
+    "heads", "index", "kind", "model_file", "model_files", "model_id", "ms_per_layer", "n_layers",
     "n_positions", "next", "offset", "params", "path", "payload", "peers", "precision",
     "public_key", "endpoint", "name", "seed", "sha256", "size", "stages", "start_layer",
-    "threads", "weight_format",
+    "stop_ids", "threads", "token", "weight_format",
 )  # fmt: skip
 DTYPES = (np.uint8, np.int32, np.int64, np.float16, np.float32)
 SERVED = (
     Op.FORWARD, Op.HELLO, Op.HEARTBEAT, Op.HAVE_FILES, Op.PUT_CHUNK, Op.LOAD_STAGE, Op.UNLOAD,
-    Op.RING, Op.RESET, Op.RELEASE, Op.PROFILE,
+    Op.RING, Op.RESET, Op.RELEASE, Op.PROFILE, Op.DECODE, Op.STOP_DECODE,
 )  # fmt: skip
 
 json_values = st.recursive(
@@ -132,6 +136,8 @@ def test_the_decoder_raises_only_protocol_errors(frames: list[bytes]) -> None:
             decode_forward(frames)
         elif message.op is Op.RESULT:
             decode_result(frames)
+        elif message.op is Op.DECODE:
+            decode_steps_from_message(message)
 
 
 @settings(max_examples=1000, derandomize=True, database=None, deadline=None)

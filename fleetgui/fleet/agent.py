@@ -14,7 +14,9 @@ pass otherwise. Requests:
   still travelling from before a failover never touches a rebuilt cache.
 * FORWARD: run the hosted stages, then pass the activations to the next worker, or send the
   head's RESULT to the coordinator. Errors go straight to the coordinator.
-* RESET / RELEASE: a stream's state. HEARTBEAT: liveness and load.
+* DECODE / STOP_DECODE: a worker holding the whole model runs a stream's plain decode steps by
+  itself, one RESULT per step (:mod:`worker_decode`).
+* RESET / RELEASE: a stream's state (ending its DECODE first). HEARTBEAT: liveness and load.
 * PROFILE: time a probe stage the coordinator sent (:mod:`probe_timing`) on this PC's devices,
   in a thread and after any stage computation (the compute lock), cached on disk; the reply
   says the ms per layer per device, the memory, and whether it all came from the cache.
@@ -41,6 +43,7 @@ from fleetgui.addresses import format_address
 from fleetgui.fleet.blob_store import BlobError, BlobStore, DiskFullError
 from fleetgui.fleet.forward_codec import (
     compute_ms_from,
+    decode_steps_from_message,
     encode_forward,
     encode_result,
     request_from_message,
@@ -67,9 +70,10 @@ from fleetgui.fleet.protocol import (
 )
 from fleetgui.fleet.secure_socket import ConnectError, Incoming, SecureClient, SecureServer
 from fleetgui.fleet.trust import Authorizer
+from fleetgui.fleet.worker_decode import WorkerDecodes
 from fleetgui.paths import data_dir
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.stage import StageError
+from fleetgui.runtime.stage import ForwardRequest, ForwardResult, StageError
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +125,7 @@ class WorkerAgent:
         self._compute = asyncio.Lock()  # one stage computation at a time, in arrival order
         self._tasks: set[asyncio.Task[None]] = set()
         self.forwards = 0
+        self._decodes = WorkerDecodes()
         self._handlers: dict[Op, Callable[[Incoming], Coroutine[Any, Any, None]]] = {
             Op.FORWARD: self._forward,
             Op.HELLO: self._hello,
@@ -133,6 +138,8 @@ class WorkerAgent:
             Op.RESET: self._stream_op,
             Op.RELEASE: self._stream_op,
             Op.PROFILE: self._profile,
+            Op.DECODE: self._decode,
+            Op.STOP_DECODE: self._stop_decode,
         }
         self._timings = TimingCache(config.timings_file or data_dir() / "planner" / TIMINGS_FILE)
 
@@ -427,6 +434,7 @@ class WorkerAgent:
 
     async def _stream_op(self, incoming: Incoming) -> None:
         stream_id = incoming.message.stream_id
+        await self._decodes.stop(stream_id)  # its next step would write the cache being reset
         async with self._compute:
             if self.hosted is not None:
                 if incoming.message.op is Op.RESET:
@@ -488,6 +496,50 @@ class WorkerAgent:
             await self._to_coordinator(
                 error_message(ErrorCode.INTERNAL, text, request_id=message.request_id)
             )
+
+    async def _decode(self, incoming: Incoming) -> None:
+        message = incoming.message
+        epoch = message.meta.get("epoch")
+        hosted = self.hosted
+        if epoch != self.epoch or hosted is None:
+            loaded = "no stages loaded" if hosted is None else f"ring epoch {self.epoch}"
+            raise ProtocolError(
+                ErrorCode.NOT_LOADED,
+                f"worker {self.config.name!r} has {loaded}, not epoch {epoch!r}"[:300],
+            )
+        if not (hosted.is_first and hosted.is_last):
+            raise ProtocolError(
+                ErrorCode.BAD_FIELD, "DECODE needs a worker holding the whole model"
+            )
+        steps = decode_steps_from_message(message)
+
+        async def step(request: ForwardRequest) -> ForwardResult:
+            async with self._compute:
+                if epoch != self.epoch or self.hosted is not hosted:
+                    raise ProtocolError(ErrorCode.NOT_LOADED, "the ring changed mid-DECODE")
+                try:
+                    result = await hosted.route.run_inline_if_short(request, self.config.inline_ms)
+                except StageError as exc:
+                    raise ProtocolError(
+                        ErrorCode.STAGE_FAILED, f"worker {self.config.name!r}: {exc}"
+                    ) from None
+                self.forwards += 1
+                return result
+
+        async def send(result: ForwardResult, last: bool) -> None:
+            frames = encode_result(
+                result,
+                request_id=message.request_id,
+                extra_meta={"epoch": epoch},
+                flags=Flags.FINAL if last else Flags.NONE,
+            )
+            await self.server.send(incoming.peer, frames)
+
+        await self._decodes.run(steps, step, send)
+
+    async def _stop_decode(self, incoming: Incoming) -> None:
+        stopped = await self._decodes.stop(incoming.message.stream_id)
+        await self._reply(incoming, Op.STOP_DECODE, {"stopped": stopped})
 
     async def _to_coordinator(self, message: Message) -> None:
         await self._to_coordinator_frames(encode(message))

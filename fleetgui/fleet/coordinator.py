@@ -549,8 +549,8 @@ class FleetSession:
             else None
         )
 
-        def on_hop(stream_id: int, ms: float) -> None:
-            self.metrics.emit(TransferTiming(stream_id, 0, ms))
+        def on_hop(stream_id: int, ms: float, nbytes: int = 0) -> None:
+            self.metrics.emit(TransferTiming(stream_id, 0, ms, nbytes))
 
         self.route = RingRoute(
             self.ring,

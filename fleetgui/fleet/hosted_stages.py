@@ -155,6 +155,11 @@ class HostedStages:
         self.route = LocalRoute(self.stages)
 
     @property
+    def is_first(self) -> bool:
+        """Whether these stages start the model (they take token ids)."""
+        return self.stages[0].is_first
+
+    @property
     def is_last(self) -> bool:
         """Whether these stages end the model (they run the head)."""
         return self.stages[-1].is_last

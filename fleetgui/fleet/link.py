@@ -20,7 +20,15 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import FrameLike, Message, Op, ProtocolError, encode, raise_if_error
+from fleetgui.fleet.protocol import (
+    Flags,
+    FrameLike,
+    Message,
+    Op,
+    ProtocolError,
+    encode,
+    raise_if_error,
+)
 from fleetgui.fleet.secure_socket import RequestTimeoutError, SecureClient
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,7 @@ class Dispatcher:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Message], object]] = {}
+        self._streams: dict[int, tuple[asyncio.Queue[Message | BaseException], object]] = {}
 
     def new(self, owner: object = RING) -> tuple[int, asyncio.Future[Message]]:
         request_id = next(self._ids)
@@ -63,10 +72,28 @@ class Dispatcher:
         self._pending[request_id] = (future, owner)
         return request_id, future
 
+    def new_stream(
+        self, owner: object = RING
+    ) -> tuple[int, asyncio.Queue[Message | BaseException]]:
+        """A request answered by several messages (a DECODE's results): they arrive in the
+        queue until one flagged FINAL or an error; a failure of ``owner`` arrives as its
+        exception."""
+        request_id = next(self._ids)
+        queue: asyncio.Queue[Message | BaseException] = asyncio.Queue()
+        self._streams[request_id] = (queue, owner)
+        return request_id, queue
+
     def forget(self, request_id: int) -> None:
         self._pending.pop(request_id, None)
+        self._streams.pop(request_id, None)
 
     def resolve(self, message: Message) -> None:
+        stream = self._streams.get(message.request_id)
+        if stream is not None:
+            if message.flags & Flags.FINAL or message.op is Op.ERROR:
+                del self._streams[message.request_id]
+            stream[0].put_nowait(message)
+            return
         entry = self._pending.pop(message.request_id, None)
         if entry is None:
             log.debug("dropping a reply to request %d nobody waits for", message.request_id)
@@ -80,6 +107,10 @@ class Dispatcher:
                 del self._pending[request_id]
                 if not future.done():
                     future.set_exception(exc)
+        for request_id, (queue, who) in list(self._streams.items()):
+            if owner is None or who is owner or who == owner:
+                del self._streams[request_id]
+                queue.put_nowait(exc)
 
 
 class WorkerLink:

@@ -79,6 +79,10 @@ class Op(enum.IntEnum):
     METRICS = 31
     # meta: fleet.probe_timing.ProbeSpec; answered with PROFILE, meta ProbeResult + "stage_device"
     PROFILE = 32
+    # a worker holding the whole model runs plain decode steps by itself: meta {"epoch", "token",
+    # "heads": [head], "stop_ids": [int]}; one RESULT per step, the last one flagged FINAL
+    DECODE = 33
+    STOP_DECODE = 34  # end a stream's DECODE after its step under way; answered once it ended
 
 
 class Flags(enum.IntFlag):

@@ -12,6 +12,9 @@ sees the same results an uninterrupted run gives: passes of other shapes compute
 rounding (with int8 activations, the CPU default for int8/int4 weights, replaying a reply's steps
 as one chunk changed the text after 5 of 8 failovers in ``benchmarks/soak_fleet.py``), so a
 replay costs one ring pass per step the stream took.
+
+When one worker holds the whole model, plain decode steps run as DECODE segments the worker
+chains by itself (:mod:`fleetgui.fleet.worker_decode`): no round trip per token.
 """
 
 from __future__ import annotations
@@ -21,18 +24,33 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
 
 from fleetgui.fleet.forward_codec import (
+    MAX_DECODE_STEPS,
+    DecodeSteps,
+    encode_decode,
     encode_forward,
     result_from_message,
 )
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Message, Op, raise_if_error
+from fleetgui.fleet.protocol import Flags, Message, Op, RemoteError, raise_if_error
 from fleetgui.fleet.secure_socket import RequestTimeoutError
-from fleetgui.runtime.route import LocalRoute, Route
-from fleetgui.runtime.stage import SHORT_WORK_MS, ForwardRequest, ForwardResult, Stage
+from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
+from fleetgui.runtime.stage import (
+    SHORT_WORK_MS,
+    ForwardRequest,
+    ForwardResult,
+    GreedyHead,
+    HeadOp,
+    SampleHead,
+    Stage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +74,13 @@ class Ring:
 Recover = Callable[[Exception], Awaitable[Ring]]
 
 
+class OnHop(Protocol):
+    """Told of each ring pass: its time in the ring minus worker compute, and the bytes of its
+    payload (what each hop but the last carries; 0 when not known)."""
+
+    def __call__(self, stream_id: int, ms: float, nbytes: int = 0) -> None: ...
+
+
 @dataclass
 class _StreamRecord:
     passes: list[ForwardRequest] = field(default_factory=list)  # since the last reset, no head
@@ -73,6 +98,8 @@ class RouteConfig:
     # Llama, coordinator + 1 worker, 2 streams: +9.5 %, +5.3 % and +7.9 % tok/s against 0 (15
     # of 16, 11 of 16 and 8 of 12 alternations faster); one stream: no change (0.976-1.015)
     inline_ms: float = SHORT_WORK_MS
+    # a worker holding the whole model chains decode steps itself (False: one request a step)
+    worker_decode: bool = True
 
 
 class RingRoute(Route):
@@ -85,7 +112,7 @@ class RingRoute(Route):
         *,
         recover: Recover | None = None,
         config: RouteConfig | None = None,
-        on_hop: Callable[[int, float], None] | None = None,
+        on_hop: OnHop | None = None,
     ) -> None:
         if not ring.local and not ring.members:
             raise ValueError("a route needs at least one stage")
@@ -93,10 +120,11 @@ class RingRoute(Route):
         self.dispatcher = dispatcher
         self.recover = recover
         self.config = config or RouteConfig()
-        self.on_hop = on_hop  # (stream, ms): a request's time in the ring minus worker compute
+        self.on_hop = on_hop
         self._records: dict[int, _StreamRecord] = {}
         self._recovering = asyncio.Lock()
         self.recoveries = 0
+        self.decode_segments = 0  # DECODEs sent to a worker holding the whole model
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -238,8 +266,111 @@ class RingRoute(Route):
         if self.on_hop is not None:
             elapsed = (time.perf_counter() - started) * 1000
             remote = sum(ms for stage, ms in result.compute_ms.items() if stage not in compute)
-            self.on_hop(request.stream_id, max(0.0, elapsed - remote))
+            self.on_hop(request.stream_id, max(0.0, elapsed - remote), request.payload.nbytes)
         return result
+
+    # -- decode runs --------------------------------------------------------------------------
+
+    def _decodes_on_worker(self, ring: Ring, stream_id: int) -> bool:
+        """Whether the run can go to one worker holding the whole model, whose cache for the
+        stream is current (after a failover, the step-by-step path replays it first)."""
+        record = self._records.get(stream_id)
+        return (
+            self.config.worker_decode
+            and not ring.local
+            and len(ring.members) == 1
+            and "DECODE" in ring.members[0].hello.get("ops", ())
+            and record is not None
+            and record.epoch == ring.epoch
+        )
+
+    async def decode(self, run: DecodeRun) -> AsyncGenerator[ForwardResult, None]:
+        """The run's steps: on a worker holding the whole model as DECODE segments of at most
+        MAX_DECODE_STEPS, otherwise one ring pass a step. Heads are drawn once, in order, and
+        kept until their step ran, so a failover mid-segment samples as an unbroken run."""
+        heads: deque[HeadOp] = deque()
+        token: int | None = run.token if run.remaining > 0 else None
+        try:
+            while token is not None:
+                ring = self.ring
+                if self._decodes_on_worker(ring, run.stream_id):
+                    segment = self._worker_segment(ring, run, token, heads)
+                else:
+                    segment = self._one_step(run, token, heads)
+                async with contextlib.aclosing(segment) as results:
+                    async for result in results:
+                        token = run.after(result)
+                        yield result
+                        if token is None:
+                            break
+        finally:
+            run.stop()
+
+    async def _one_step(
+        self, run: DecodeRun, token: int, heads: deque[HeadOp]
+    ) -> AsyncGenerator[ForwardResult, None]:
+        head = heads.popleft() if heads else run.next_head()
+        ids = np.array([[token]], dtype=np.int64)
+        yield await self.run(ForwardRequest(run.stream_id, ids, head=head))
+
+    async def _worker_segment(
+        self, ring: Ring, run: DecodeRun, token: int, heads: deque[HeadOp]
+    ) -> AsyncGenerator[ForwardResult, None]:
+        """One DECODE on the ring's only worker; a lost worker rebuilds the ring and ends the
+        segment (the caller goes on step by step, replaying the stream first)."""
+        link = ring.members[0]
+        while len(heads) < min(run.remaining, MAX_DECODE_STEPS):
+            heads.append(run.next_head())
+        steps = DecodeSteps(run.stream_id, token, _decode_heads(heads), run.stop_ids)
+        record = self._records[run.stream_id]
+        self.decode_segments += 1
+        async with self._admitted():
+            request_id, results = self.dispatcher.new_stream(owner=link)
+            ended = False
+            try:
+                await link.send(
+                    encode_decode(steps, request_id=request_id, extra_meta={"epoch": ring.epoch})
+                )
+                since = time.perf_counter()
+                while not ended:
+                    try:
+                        async with asyncio.timeout(self.config.forward_timeout_s):
+                            item = await results.get()
+                    except TimeoutError:
+                        raise RequestTimeoutError(
+                            f"no decode step from {link.name!r} within "
+                            f"{self.config.forward_timeout_s:g} s"
+                        ) from None
+                    if isinstance(item, BaseException):
+                        raise item
+                    ended = bool(item.flags & Flags.FINAL) or item.op is Op.ERROR
+                    result = result_from_message(raise_if_error(item, f"worker {link.name!r}"))
+                    ids = np.array([[token]], dtype=np.int64)
+                    record.passes.append(ForwardRequest(run.stream_id, ids))
+                    heads.popleft()
+                    now = time.perf_counter()
+                    if self.on_hop is not None:
+                        compute = sum(result.compute_ms.values())
+                        self.on_hop(run.stream_id, max(0.0, (now - since) * 1000 - compute))
+                    since = now
+                    if result.tokens:
+                        token = result.tokens[-1]
+                    yield result
+            except (WorkerLostError, RequestTimeoutError) as exc:
+                ended = True  # the worker is gone or silent: nothing to stop there
+                if self.recover is None:
+                    raise
+                with contextlib.suppress(WorkerLostError, RequestTimeoutError):
+                    await self._recover(ring, exc)
+            finally:
+                self.dispatcher.forget(request_id)
+                if not ended:
+                    await self._stop_worker_decode(link, run.stream_id)
+
+    async def _stop_worker_decode(self, link: WorkerLink, stream_id: int) -> None:
+        """End a DECODE the caller no longer reads, so the stream's cache has one writer."""
+        with contextlib.suppress(WorkerLostError, RequestTimeoutError, RemoteError):
+            await link.call(Message(Op.STOP_DECODE), stream_id=stream_id)
 
     # -- stream lifecycle ---------------------------------------------------------------------
 
@@ -267,3 +398,11 @@ class RingRoute(Route):
     async def close(self) -> None:
         for stage in self.ring.local:
             await stage.close()
+
+
+def _decode_heads(heads: deque[HeadOp]) -> tuple[GreedyHead | SampleHead, ...]:
+    """The plain heads of a DECODE segment (a plain decode run draws no other kind)."""
+    plain = tuple(head for head in heads if isinstance(head, GreedyHead | SampleHead))
+    if len(plain) != len(heads):
+        raise TypeError("a decode run's heads are greedy or sampled")
+    return plain

@@ -38,6 +38,7 @@ class TransferTiming:
     stream_id: int
     hop: int
     ms: float
+    bytes_sent: int = 0  # what the pass carried into the ring (hidden states or token ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,6 +179,11 @@ class LocalStage(BlockingStage):
         )
 
     @property
+    def is_first(self) -> bool:
+        """Whether the stage starts the model (it takes token ids)."""
+        return "input_ids" in self._inputs[0]
+
+    @property
     def is_last(self) -> bool:
         return "logits" in self._outputs
 

@@ -46,6 +46,11 @@ class DecodeRun:
         """Run no further steps (a step under way finishes)."""
         self._stopped.set()
 
+    @property
+    def remaining(self) -> int:
+        """Steps the run may still take (0 once stopped)."""
+        return 0 if self._stopped.is_set() else max(0, self.steps - self._taken)
+
     def request(self, token: int) -> ForwardRequest:
         """The next step: feed ``token`` (calls ``next_head``, so once per step, in order)."""
         return ForwardRequest(
