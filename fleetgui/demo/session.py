@@ -31,21 +31,18 @@ from fleetgui.runtime.pipeline import Pipeline
 log = logging.getLogger(__name__)
 
 #: The target's weights. int8 (per channel) lets its K+1-position verify passes run on the CPU's
-#: int8 matrix kernels: on the small pair, one thread, a 5-position pass of the whole target
-#: took 3.1 ms with int8 weights against 7.7 ms with fp16 ones (computed in f32); in one
-#: process on one core, interleaved, PP decoded 424 vs 302 tok/s and PP+SD 359 vs 284, with
-#: greedy acceptance 75.2 % vs 77.3 % (the fp16 draft imitates the fp16 target).
+#: int8 matrix kernels, well over twice as fast as fp16 here (docs/design-measurements.md).
 DEMO_WEIGHTS = "int8"
-#: The draft's weights: int8 made its one-position passes no faster (0.76 vs 0.77 ms: a model
-#: that small is bound by per-operation costs, not by reading its weights).
+#: The draft's weights: int8 made its one-position passes no faster (a model that small is
+#: bound by per-operation costs, not by reading its weights).
 DRAFT_WEIGHTS = "fp16"
 WORKERS = ("worker-1", "worker-2")
 #: The real model's weights: int8 keeps its answers (int4 changed 16 of 32 greedy tokens of
 #: this 135M model, not at near-ties; int8 only at near-ties), and runs on int8 kernels.
 REAL_WEIGHTS = "int8"
 REAL_NAME = "SmolLM2-135M-Instruct"
-#: The SmolLM2 draft's weights: int8 made its one-position passes faster than fp16 (5.2 vs 7.9
-#: ms a token): at 576 wide and 4 layers, reading its weights matters, unlike the toy draft's.
+#: The SmolLM2 draft's weights: int8 made its one-position passes faster than fp16: at 576
+#: wide and 4 layers, reading its weights matters, unlike the toy draft's.
 REAL_DRAFT_WEIGHTS = "int8"
 
 
@@ -64,6 +61,14 @@ class DemoModels:
         return draft_label(self.draft)
 
 
+def real_export_dir(weights: str = REAL_WEIGHTS, root: Path | None = None) -> Path:
+    """Where the real model's export with ``weights`` lives: in ``root``, by default the shard
+    cache (the app's library offers and makes the same one)."""
+    return (
+        root if root is not None else paths.shards_cache_dir()
+    ) / f"demo-smollm2-2stages-{weights}"
+
+
 def export_real(weights: str = REAL_WEIGHTS, progress: ProgressCallback | None = None) -> Path:
     """SmolLM2-135M-Instruct fetched (once) and exported in 2 stages with ``weights`` in the
     shard cache (reused when complete). Raises ``ModelDownloadError`` without a network."""
@@ -71,7 +76,7 @@ def export_real(weights: str = REAL_WEIGHTS, progress: ProgressCallback | None =
     from fleetgui.export.exporter import ExportRequest, export_model
 
     gguf = fetch_smollm2()
-    target = paths.shards_cache_dir() / f"demo-smollm2-2stages-{weights}"
+    target = real_export_dir(weights)
     manifest = export_model(ExportRequest(gguf, target, stages=2, weights=weights))
     if manifest.quality is None:
         _verify_once(target, gguf)

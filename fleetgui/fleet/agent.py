@@ -95,10 +95,9 @@ class WorkerConfig:
     timings_file: Path | None = None  # PROFILE's cache; None: data_dir()/planner/probe_timings.json
     # Short FORWARDs (decode steps and speculative verifies: runtime.stage.SHORT_PASS_POSITIONS)
     # whose last one took at most this long compute on the event loop's thread (inf: all of
-    # them): requests run one at a time anyway, and the hand-off to a stage thread and back took
-    # 4 of a worker's 9 context switches a token (bench Llama, 1 core; the demo pair's 2
-    # streams: +4.6 % tok/s, 13 of 16 paired runs faster). Longer ones (prompt chunks) go to a
-    # stage thread, so heartbeats are never held up for long.
+    # them): requests run one at a time anyway, and the hand-off to a stage thread and back
+    # was most of a worker's context switches a token (docs/design-measurements.md). Longer
+    # ones (prompt chunks) go to a stage thread, so heartbeats are never held up for long.
     inline_ms: float = math.inf
 
 

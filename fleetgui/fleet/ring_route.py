@@ -94,9 +94,8 @@ class RouteConfig:
     forward_timeout_s: float = 120.0  # one request through the whole ring
     max_recoveries: int = 3  # per request
     # the coordinator's one stage before the workers runs short passes on the event loop's
-    # thread once one took at most this long (SHORT_WORK_MS; 0: always on its lane). Bench
-    # Llama, coordinator + 1 worker, 2 streams: +9.5 %, +5.3 % and +7.9 % tok/s against 0 (15
-    # of 16, 11 of 16 and 8 of 12 alternations faster); one stream: no change (0.976-1.015)
+    # thread once one took at most this long (0: always on its lane): the hand-off costs more
+    # than such a pass (docs/design-measurements.md)
     inline_ms: float = SHORT_WORK_MS
     # a worker holding the whole model chains decode steps itself (False: one request a step)
     worker_decode: bool = True

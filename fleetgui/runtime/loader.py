@@ -46,9 +46,9 @@ def safe_stage_config(config: StageConfig, weight_format: str) -> StageConfig:
     """What precision ``auto`` means for a CPU stage with ``weight_format`` weights.
 
     * int4/int8 weights compute in f32 with the activations quantized to int8 on the fly
-      (``f32-dq``): on an AMX Xeon the plugin's default, bf16, decodes the bench Llama (int4, one
-      thread) at 44 tok/s and f32 with dynamic quantization at 65 (``benchmarks/bench_export.py``
-      runs both); on CPUs without bf16 (Core Ultra AI PCs) f32 is already the default.
+      (``f32-dq``): on an AMX Xeon that decoded faster than the plugin's default, bf16
+      (docs/design-measurements.md); on CPUs without bf16 (Core Ultra AI PCs) f32 is already
+      the default.
     * fp32/fp16 weights on one thread compute in f32: OpenVINO 2026.4's CPU plugin dies
       (SIGFPE) running them at its default bf16 with a single inference thread (seen on an AMX
       Xeon)."""

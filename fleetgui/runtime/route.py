@@ -116,11 +116,9 @@ class LocalRoute(Route):
     """Stages in this process, each a lane of :class:`~fleetgui.runtime.lanes.StageLanes`:
     a request goes from stage to stage on worker threads, and the event loop hears of it only
     at the end. A lone stream runs stage after stage on one thread (and a decode run step
-    after step, never waiting for the loop); several streams overlap stage by stage.
-
-    On the bench Llama, 2 stages, one thread each (``benchmarks/bench_runtime.py``), a lone
-    stream's median decode step was 0.34 ms above a bare synchronous loop over the same two
-    requests; with a trip through the event loop at every stage it had been 1-2 ms.
+    after step, never waiting for the loop); several streams overlap stage by stage. A trip
+    through the event loop at every stage cost a decode step several times what this does
+    (docs/design-measurements.md).
     """
 
     def __init__(self, stages: Sequence[Stage]) -> None:

@@ -94,9 +94,8 @@ class DraftModel:
         self.context_limit = context_limit
         self.prefill_chunk = prefill_chunk
         self.policy = policy or CompactionPolicy()
-        # proposals expected to take at most this long run on the event loop's thread (the
-        # draft runs one at a time anyway). Demo pair, 2 streams, K=4, proposals of ~1.2 ms:
-        # +9 % and +11 % tok/s against always handing off (16 alternations each, 9 and 12 faster)
+        # proposals expected to take at most this long run on the event loop's thread: the
+        # draft runs one at a time anyway (docs/design-measurements.md)
         self.inline_ms = inline_ms
         self._pass_ms: float | None = None  # the last proposal's time per draft token
         self._fed: dict[int, FedTokens] = {}
@@ -207,42 +206,20 @@ class AutoK:
     that K cost so far (a moving average), and at a K not run yet, the line through the Ks that
     were. K maximises tokens per millisecond.
 
-    The draft's time counts per round, not per draft: a proposal has a fixed part (its first
-    pass also feeds the tokens accepted last round), and dividing it by K made small Ks look
-    dear per draft (on the demo fleet 2.5 ms a draft at K=1, 1.0 at K=8), which held K at 1-2
-    where K=6 ran faster. Measured on the demo fleet, interleaved (4 held-out prompts x 96
-    tokens x 8 rounds, three runs): 166.6 vs 164.3, 173.2 vs 155.8 and 162.5 vs 154.3 tok/s
-    against the per-draft model. (A model that splits the round into a fixed part, timed draft
-    steps and a verify line, with exploration, did better in noisy simulations and no better
-    on the fleet: 182.4 vs 183.0, 181.7 vs 190.5, 162.8 vs 173.0.)
-
-    ``a`` is estimated as a round sees it: each accepted draft is a success and the first
-    rejected one a failure (a round that accepts all K has none), so ``a`` = successes / trials
-    (both as moving averages). Taking accepted / K instead underestimates ``a`` the more the
-    larger K is (per-token 0.9 at K=4 reads 0.78), which pulled K down round after round.
+    The draft's time counts per round, not per draft (a proposal has a fixed part, which made
+    small Ks look dear per draft). ``a`` is estimated as a round sees it: each accepted draft a
+    success and the first rejected one a failure, so ``a`` = successes / trials (moving
+    averages); accepted / K would underestimate it the more the larger K is.
 
     With several streams generating, two brakes hold K: it moves only when the best K promises
-    ``switch_gain`` (10 %) more tokens per ms than the current one, and ``a`` counts as at most
-    ``max_alpha`` (0.9). Each stream's round time then includes waiting for the other streams'
-    rounds, a fixed cost that makes long rounds look cheap to each stream while they slow the
-    others; unbraked, K wandered from 1 to 16 on the demo fleet (its per-position acceptance was
-    flat, ~0.87: the long rounds were not luckier). ``benchmarks/bench_fleet.py --parts C
-    --demo-k auto,auto-unbraked,4 --demo-layouts mb2_draft_only`` (2 streams, 8 repeats):
-    523.6 tok/s braked, 378.5 unbraked, 543.6 at fixed K=4. A lone stream is not braked: on the
-    demo's 2 local workers (``bench_demo.py --ks 4,8,auto,auto-unbraked``, 1 stream, where K=8
-    beat K=4 by 8-15 %) brakes on every stream (and a probe round) held K near 4: 1.61x vs
-    1.84x over PP. Their price with several streams, in simulation: a draft accepted at 0.9 a
-    token keeps K at 4, 0.87 of the best K's pace (``tests/test_auto_k.py``); pass a fixed K
-    for such a pair.
-
-    A stream's first round is not timed (it warms the stream's fresh state up and cost ~25 %
-    more on the demo pair), a lone stream with one K timed runs its next round 2 Ks away to
-    measure the line's slope (the guessed slope could hold K at 4 for good: on the demo's 2
-    local workers ``auto-unbraked`` stayed at K=4 in all 16 replies, 1.60x over PP, where K=8
-    gave 2.06x), and the pipeline starts each K-auto stream from the last one's estimates
-    (:meth:`carried_over`), so a chat's next reply does not learn the pair again. With the three,
-    same benchmark (4 repeats): auto 2.06x, K=4 1.75x, K=8 2.13x (before: auto 1.81x, K=4
-    1.80x, K=8 2.06x).
+    ``switch_gain`` more tokens per ms than the current one, and ``a`` counts as at most
+    ``max_alpha``. Each stream's round time includes waiting for the other streams' rounds,
+    which makes long rounds look cheap to each stream while they slow the others. A lone stream
+    is not braked. A stream's first round is not timed (it warms a fresh state up), a lone
+    stream with one K timed runs its next round 2 Ks away to measure the line's slope, and each
+    K-auto stream starts from the last one's estimates (:meth:`carried_over`), so a chat's next
+    reply does not learn the pair again. What each of these was measured to gain:
+    docs/design-measurements.md.
     """
 
     initial_k: int = 4
