@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgui.addresses import format_address, parse_address, zmq_endpoint
+from fleetgui.addresses import format_address, parse_address, parse_zmq_endpoint, zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
@@ -27,6 +27,15 @@ CASES = [  # (host, port, host:port, tcp endpoint)
 def test_format_and_endpoint(host: str, port: int, address: str, endpoint: str) -> None:
     assert format_address(host, port) == address
     assert zmq_endpoint(host, port) == endpoint
+    assert parse_zmq_endpoint(endpoint) == (host, port)
+
+
+@pytest.mark.parametrize(
+    "text", ["tcp://fe80::1:5555", "tcp://host", "tcp://a/b:5", "tcp://h:0", "tcp://h:70000", "h:5"]
+)
+def test_a_zmq_endpoint_that_is_not_tcp_host_port_is_refused(text: str) -> None:
+    with pytest.raises(FleetguiError, match="is not tcp://host:port"):
+        parse_zmq_endpoint(text)
 
 
 @pytest.mark.parametrize(("host", "port", "address", "endpoint"), CASES)

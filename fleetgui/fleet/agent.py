@@ -29,7 +29,6 @@ import contextlib
 import errno
 import logging
 import math
-import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -39,7 +38,8 @@ from typing import Any
 import psutil
 import zmq
 
-from fleetgui.addresses import format_address
+from fleetgui.addresses import format_address, parse_zmq_endpoint
+from fleetgui.errors import FleetguiError
 from fleetgui.fleet.blob_store import BlobError, BlobStore, DiskFullError
 from fleetgui.fleet.forward_codec import (
     compute_ms_from,
@@ -78,8 +78,6 @@ from fleetgui.runtime.stage import ForwardRequest, ForwardResult, StageError
 log = logging.getLogger(__name__)
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-# How a coordinator names a worker (addresses.zmq_endpoint): tcp://host:port, IPv6 in brackets.
-_ENDPOINT = re.compile(r"tcp://(?:\[(?P<v6>[\w:.%-]+)\]|(?P<host>[^\s:/\[\]]+)):(?P<port>\d{1,5})")
 
 
 @dataclass(frozen=True)
@@ -559,26 +557,26 @@ def _next_worker(nxt: Any) -> tuple[str, str, str] | None:
     if not isinstance(nxt, dict):
         raise ValueError("'next' must be an object or null")
     endpoint, public_key = nxt.get("endpoint"), nxt.get("public_key")
-    match = _ENDPOINT.fullmatch(endpoint) if isinstance(endpoint, str) else None
-    if match is None or not 0 < int(match["port"]) < 65536:
+    try:
+        parse_zmq_endpoint(endpoint if isinstance(endpoint, str) else "")
+    except FleetguiError:
         raise ValueError(
             f"the next worker's endpoint {str(endpoint)[:100]!r} is not tcp://host:port"
-        )
+        ) from None
+    assert isinstance(endpoint, str)
     if not isinstance(public_key, str) or not is_key(public_key):
         raise ValueError(
             f"the next worker's public key {str(public_key)[:60]!r} is not a CURVE public key "
             "(40 Z85 characters, as `fleetgui worker` prints it)"
         )
-    return str(nxt.get("name", "next"))[:100], match[0], public_key
+    return str(nxt.get("name", "next"))[:100], endpoint, public_key
 
 
 async def _probe_next_worker(endpoint: str, timeout_s: float) -> None:
     """Raise ConnectError at once when the next worker's port cannot be reached (refused, no
     route, an unknown host), or after ``timeout_s`` when its host does not answer: ZMQ retries
     such a connect quietly, and the coordinator was told only when the handshake timed out."""
-    match = _ENDPOINT.fullmatch(endpoint)
-    assert match is not None  # checked by _next_worker
-    host, port = match["v6"] or match["host"], int(match["port"])
+    host, port = parse_zmq_endpoint(endpoint)  # checked by _next_worker
     where = format_address(host, port)
     try:
         async with asyncio.timeout(timeout_s):
