@@ -91,8 +91,7 @@ class LLMPipeline:
     def __init__(self, runtime: Any, closers: Sequence[Any], max_streams: int) -> None:
         self._runtime = runtime  # runtime.pipeline.Pipeline or fleet.replicas.ReplicatedPipeline
         self._closers = list(closers)  # fleet sessions to close after the pipeline
-        self.max_streams = max_streams
-        self._slots: asyncio.Semaphore | None = None
+        runtime.streams.set(max_streams)  # the pipeline itself makes the others wait
         self._thread: _LoopThread | None = None
         from fleetgui.runtime.chat_prompt import ChatPrompter
 
@@ -103,10 +102,10 @@ class LLMPipeline:
         """The most tokens a prompt and its answer may hold together."""
         return int(self._runtime.context_limit)
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        if self._slots is None:  # made on the loop that uses it
-            self._slots = asyncio.Semaphore(self.max_streams)
-        return self._slots
+    @property
+    def max_streams(self) -> int:
+        """Generations at once; more wait their turn."""
+        return int(self._runtime.streams.limit)
 
     # -- async ----------------------------------------------------------------------------------
 
@@ -117,8 +116,7 @@ class LLMPipeline:
     async def agenerate_result(self, prompt: str, config: GenerationConfig | None = None) -> Any:
         """As :meth:`agenerate`, with token ids, counts and timings
         (:class:`~fleetgui.runtime.pipeline.GenerationResult`)."""
-        async with self._semaphore():
-            return await self._runtime.complete(prompt, (config or GenerationConfig()).options())
+        return await self._runtime.complete(prompt, (config or GenerationConfig()).options())
 
     async def astream(
         self, prompt: str, config: GenerationConfig | None = None
@@ -127,12 +125,11 @@ class LLMPipeline:
         and frees its state on every PC."""
         from fleetgui.runtime.pipeline import TokenDelta
 
-        async with self._semaphore():
-            options = (config or GenerationConfig()).options()
-            async with contextlib.aclosing(self._runtime.stream(prompt, options)) as items:
-                async for item in items:
-                    if isinstance(item, TokenDelta) and item.text:
-                        yield item.text
+        options = (config or GenerationConfig()).options()
+        async with contextlib.aclosing(self._runtime.stream(prompt, options)) as items:
+            async for item in items:
+                if isinstance(item, TokenDelta) and item.text:
+                    yield item.text
 
     async def achat(
         self, messages: Sequence[Mapping[str, Any]], config: GenerationConfig | None = None

@@ -55,30 +55,26 @@ def test_open_generates_and_streams_the_runtimes_greedy_text(tiny_export: Path) 
 
 
 def test_at_most_max_streams_generate_at_once(tiny_export: Path) -> None:
+    """Three threads ask at once; with max_streams=1 each reply's tokens come in one run, never
+    interleaved with another's."""
+    from fleetgui.runtime.metrics import TokensEmitted
+
+    emitted: list[int] = []
     with fleetgui.open(tiny_export, max_streams=1, precision="f32") as llm:
-        runtime = llm._runtime
-        active, most = [0], [0]
-        original = runtime.complete
-
-        async def counted(prompt: str, options: GenerationOptions) -> object:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
-            try:
-                await asyncio.sleep(0.05)
-                return await original(prompt, options)
-            finally:
-                active[0] -= 1
-
-        runtime.complete = counted
+        llm._runtime.metrics.subscribe(
+            lambda e: emitted.append(e.stream_id) if isinstance(e, TokensEmitted) else None
+        )
         threads = [
-            threading.Thread(target=llm.generate, args=(PROMPT,), kwargs={"max_new_tokens": 4})
+            threading.Thread(target=llm.generate, args=(PROMPT,), kwargs={"max_new_tokens": 6})
             for _ in range(3)
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
-    assert most[0] == 1
+        assert llm.max_streams == 1
+    runs = [s for i, s in enumerate(emitted) if i == 0 or emitted[i - 1] != s]
+    assert len(runs) == len(set(runs)) == 3, emitted  # one run of tokens per reply
 
 
 def test_bad_arguments_get_clear_errors(tiny_export: Path, tmp_path: Path) -> None:

@@ -162,18 +162,17 @@ async def _generate(args: argparse.Namespace) -> int:
     streams = max(1, args.streams if concurrent else 1)
     if concurrent and args.streams == 1:
         streams = len(args.prompt)
-    semaphore = asyncio.Semaphore(streams)
+    pipeline.streams.set(streams)  # the other prompts wait their turn in the pipeline
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)
     answer = _AnswerText(enabled=not args.json and len(args.prompt) == 1)
 
     async def one(index: int, prompt: str) -> None:
-        async with semaphore:
-            async for item in pipeline.stream(prompt, options):
-                if hasattr(item, "finish_reason"):
-                    results[index] = item
-                else:
-                    answer.write(item.text)
+        async for item in pipeline.stream(prompt, options):
+            if hasattr(item, "finish_reason"):
+                results[index] = item
+            else:
+                answer.write(item.text)
 
     started = time.perf_counter()
     try:

@@ -36,6 +36,7 @@ from fleetgui.runtime.pipeline import (
     final_result,
 )
 from fleetgui.runtime.speculative import Drafter
+from fleetgui.runtime.stream_limit import StreamLimit
 from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class ReplicatedPipeline:
     use of a :class:`~fleetgui.runtime.pipeline.Pipeline`: ``complete``, ``stream``,
     ``tokenizer``, ``context_limit``, ``draft``, ``metrics`` and ``close``."""
 
-    def __init__(self, replicas: Sequence[Replica]) -> None:
+    def __init__(self, replicas: Sequence[Replica], max_streams: int | None = None) -> None:
         if not replicas:
             raise FleetguiError("a replicated pipeline needs at least one replica")
         self.replicas = list(replicas)
@@ -77,6 +78,7 @@ class ReplicatedPipeline:
         for replica in self.replicas:  # one bus for the dashboard, whichever replica ran it
             replica.pipeline.metrics.subscribe(self.metrics.emit)
         self.replays = 0  # streams run again after their replica failed
+        self.streams = StreamLimit(max_streams)  # generations at once, over all replicas
 
     def streams_by_replica(self) -> dict[str, int]:
         """Streams running on each replica now (the dashboard's 'who serves what')."""
@@ -97,7 +99,18 @@ class ReplicatedPipeline:
         self, prompt: str, options: GenerationOptions
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         """Text deltas, then the result, as :meth:`Pipeline.stream` gives them; a replica that
-        fails mid-reply hands the stream to another, which replays it (see module doc)."""
+        fails mid-reply hands the stream to another, which replays it (see module doc). Waits
+        for a slot (``streams``) first."""
+        async with (
+            self.streams.slot(),
+            contextlib.aclosing(self._stream(prompt, options)) as items,
+        ):
+            async for item in items:
+                yield item
+
+    async def _stream(
+        self, prompt: str, options: GenerationOptions
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         if options.sampling.temperature > 0 and options.sampling.seed is None:
             seed = secrets.randbits(63)  # so that a replay samples the same tokens
             options = replace(options, sampling=replace(options.sampling, seed=seed))

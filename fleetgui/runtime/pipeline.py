@@ -41,6 +41,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.stream_limit import StreamLimit
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,11 @@ class Pipeline:
         metrics: MetricsBus | None = None,
         compaction: CompactionPolicy | None = None,
         new_auto_k: Callable[[], AutoK] = AutoK,
+        max_streams: int | None = None,
     ) -> None:
         """``new_auto_k`` makes each stream's chooser of K (for ``k=None``); benchmarks pass
-        differently set ones to compare them."""
+        differently set ones to compare them. ``max_streams``: generations at once, the
+        others wait their turn (None: no limit; ``streams.set`` changes it)."""
         self.route = route
         self.tokenizer = tokenizer
         self.context_limit = context_limit
@@ -150,6 +153,7 @@ class Pipeline:
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._recent_total = 0  # tokens in _recent
         self._active = 0
+        self.streams = StreamLimit(max_streams)
 
     def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
         """Emit the step's tokens and the aggregate rate over the last few seconds."""
@@ -314,7 +318,17 @@ class Pipeline:
     async def _generate(
         self, prompt: str, options: GenerationOptions
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
+        """Checks the request at once, then waits for a slot (``streams``) to generate."""
         prompt_ids = await asyncio.to_thread(self._check, prompt, options)  # may run a model
+        async with self.streams.slot():
+            generated = self._generate_checked(prompt, prompt_ids, options)
+            async with contextlib.aclosing(generated) as items:
+                async for item in items:
+                    yield item
+
+    async def _generate_checked(
+        self, prompt: str, prompt_ids: list[int], options: GenerationOptions
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         stream = _Stream(
             next(self._ids),
             prompt_ids,

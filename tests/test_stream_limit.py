@@ -1,0 +1,97 @@
+"""The pipeline's stream limit: first come first served, resizable while requests wait, a
+cancelled waiter never leaks a slot; and a real pipeline holding a second prompt back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_support import export, pipeline
+
+from fleetgui.runtime.metrics import TokensEmitted
+from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.stream_limit import StreamLimit
+
+
+def test_waiters_start_in_arrival_order_and_when_the_limit_grows() -> None:
+    async def main() -> list[str]:
+        limit, order = StreamLimit(1), []
+
+        async def user(name: str, hold: asyncio.Event) -> None:
+            async with limit.slot():
+                order.append(name)
+                await hold.wait()
+
+        holds = {n: asyncio.Event() for n in "abcd"}
+        tasks = [asyncio.create_task(user(n, holds[n])) for n in "abcd"]
+        await asyncio.sleep(0.01)
+        assert order == ["a"] and limit.waiting == 3
+        limit.set(3)  # b and c start at once, in their order
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b", "c"] and limit.active == 3
+        for name in "abc":
+            holds[name].set()
+        holds["d"].set()
+        await asyncio.gather(*tasks)
+        assert limit.active == 0 and limit.waiting == 0
+        return order
+
+    assert asyncio.run(main()) == ["a", "b", "c", "d"]
+
+
+def test_a_cancelled_waiter_leaves_no_slot_taken() -> None:
+    async def main() -> None:
+        limit = StreamLimit(1)
+        await limit.acquire()
+        waiter = asyncio.create_task(limit.acquire())
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        limit.release()
+        assert limit.active == 0
+        # granted and cancelled in the same iteration: the slot goes back
+        await limit.acquire()
+        granted = asyncio.create_task(limit.acquire())
+        await asyncio.sleep(0.01)
+        limit.release()  # grants it ...
+        granted.cancel()  # ... as it is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await granted
+        assert limit.active == 0
+        async with asyncio.timeout(1):
+            await limit.acquire()  # free for the next one
+
+    asyncio.run(main())
+
+
+def test_no_limit_below_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        StreamLimit(0)
+
+
+def test_a_pipeline_limited_to_one_stream_runs_the_second_prompt_after_the_first(
+    tiny_models: Callable[..., Path], tmp_path: Path
+) -> None:
+    runtime = pipeline(export(tiny_models("llama"), tmp_path / "e", stages=2))
+    runtime.streams.set(1)
+    emitted: list[int] = []
+    runtime.metrics.subscribe(
+        lambda e: emitted.append(e.stream_id) if isinstance(e, TokensEmitted) else None
+    )
+    options = GenerationOptions(max_new_tokens=12)
+
+    async def main() -> None:
+        try:
+            await asyncio.gather(
+                runtime.complete("Once upon a time", options), runtime.complete("Hello", options)
+            )
+        finally:
+            await runtime.close()
+
+    asyncio.run(main())
+    first = emitted[0]
+    switch = emitted.index(next(s for s in emitted if s != first))
+    assert set(emitted[:switch]) == {first} and first not in emitted[switch:]  # one after another
