@@ -11,7 +11,6 @@ from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.pipeline import GenerationOptions
 from fleetgui.runtime.speculative import check_k
 
-MAX_K = 16
 MAX_STREAMS = 16
 
 

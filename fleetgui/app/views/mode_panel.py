@@ -21,8 +21,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.mode import MAX_K, MAX_STREAMS, Mode, ModeSettings
+from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
 from fleetgui.runtime.draft_source import NGRAM, NGRAM_LABEL, DraftSource
+from fleetgui.runtime.speculative import K_MAX, K_MIN
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class ModePanel(QGroupBox):
             self.buttons[mode] = button
             button.toggled.connect(self._changed)
         self.k = QSpinBox()
-        self.k.setRange(1, MAX_K)
+        self.k.setRange(K_MIN, K_MAX)
         self.k.setValue(4)
         self.k_auto = QCheckBox("auto")
         self.k_auto.setToolTip("choose K from the measured acceptance rate and stage times")
