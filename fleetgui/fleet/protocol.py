@@ -152,6 +152,15 @@ class ProtocolError(FleetguiError):
         self.code = code
 
 
+class RefusedError(ProtocolError):
+    """A request a worker answers with an ERROR as it is: the message is the whole text, and
+    ``meta`` goes into the reply (e.g. which files are missing)."""
+
+    def __init__(self, code: ErrorCode, message: str, **meta: object) -> None:
+        super().__init__(code, message)
+        self.meta = meta
+
+
 class ProtocolVersionError(ProtocolError):
     """The peer speaks another protocol version (``peer_version``)."""
 
