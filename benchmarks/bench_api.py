@@ -37,7 +37,8 @@ from fleet_support import coordinator_identity, running_workers
 
 from fleetgui.api.served import ServedModel, fleet_stage_streams
 from fleetgui.api.server import ApiServer, ServerConfig
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+from fleetgui.fleet.coordinator import FleetSession
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import GenerationOptions, Pipeline, TokenDelta

@@ -26,9 +26,10 @@ from common import bench_cache
 from fleet_support import WorkerProcess, running_workers
 
 from fleetgui.demo.session import export_real
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import GenerationOptions

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair, write_identity
+from fleetgui.fleet.session_config import WorkerEndpoint
 
 READY_TIMEOUT_S = 60.0
 BUSY_PORT_TRIES = 20  # a restart on its old port waits up to 10 s for the port to be free

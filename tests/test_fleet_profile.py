@@ -259,7 +259,7 @@ def test_a_pc_that_cannot_be_measured_keeps_its_estimate_and_the_preview_says_wh
 ) -> None:
     pytest.importorskip("PySide6")
     from fleetgui.app.layer_times import measure_devices
-    from fleetgui.fleet.coordinator import WorkerEndpoint
+    from fleetgui.fleet.session_config import WorkerEndpoint
     from fleetgui.fleet.worker_service import free_port_pair
     from fleetgui.planner import DeviceProfile
 

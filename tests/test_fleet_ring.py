@@ -30,13 +30,15 @@ from runtime_support import EXACT, export, perturbed_copy, reference_greedy
 from runtime_support import pipeline as runtime_pipeline
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, FleetTooSmallError
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.deploy import DeployProgress, push_files, stage_files
+from fleetgui.fleet.fleet_too_small import FleetTooSmallError
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.protocol import Message, Op, RemoteError
 from fleetgui.fleet.ring_route import RingRoute
 from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.fleet.worker_service import free_port_pair
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline

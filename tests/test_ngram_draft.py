@@ -371,7 +371,8 @@ def test_ngram_on_real_workers_is_exact(demo_exports: dict[str, Path], workdir: 
     request (one-hot draft distributions on the wire) the tokens it gives in process."""
     from fleet_support import coordinator_identity, running_workers
 
-    from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.session_config import CoordinatorConfig
 
     references = _plain(demo_exports["2"], CODE_PROMPTS)
     sampled = GenerationOptions(

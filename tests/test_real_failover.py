@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from fleet_support import coordinator_identity, running_workers
 
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 
 pytestmark = pytest.mark.slow

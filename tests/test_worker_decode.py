@@ -16,7 +16,6 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from runtime_support import EXACT, export, pipeline
 
-from fleetgui.fleet.coordinator import CoordinatorConfig
 from fleetgui.fleet.forward_codec import (
     MAX_DECODE_STEPS,
     DecodeSteps,
@@ -27,6 +26,7 @@ from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.protocol import Message, Op, ProtocolError, decode
 from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
 from fleetgui.fleet.ring_route import RingRoute, RouteConfig
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.head import SamplingParams
 from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 from fleetgui.runtime.stage import GreedyHead, SampleHead
@@ -70,9 +70,7 @@ def identity(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
 
 
 @pytest.fixture(scope="module")
-def worker(
-    identity: KeyPair, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
+def worker(identity: KeyPair, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     root = tmp_path_factory.mktemp("decode-worker")
     keys = root / "authorized_keys"
     keys.write_text(f"{identity.public} test\n")

@@ -21,8 +21,9 @@ from fleetgui import paths
 from fleetgui.demo.builder import DemoPair, ensure_demo_pair
 from fleetgui.demo.progress import ProgressCallback
 from fleetgui.demo.spec import DRAFTS
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.local_fleet import LocalFleet
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig

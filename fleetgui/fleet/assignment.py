@@ -14,7 +14,7 @@ ring visits workers in order. The coordinator runs the first stage(s).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from fleetgui.errors import FleetguiError
@@ -64,6 +64,29 @@ class Assignment:
             if member.name == name:
                 return member.indices
         return ()
+
+    def with_spare(self, name: str) -> Assignment:
+        """This layout with ``name`` a spare too (unless it runs stages or is one already)."""
+        if name in self.spares or any(m.name == name for m in self.members):
+            return self
+        return Assignment(self.local, self.members, (*self.spares, name))
+
+    def check(self, n_stages: int, connected: Collection[str], source: object) -> None:
+        """Raise unless this layout runs each of ``source``'s ``n_stages`` stages once, in ring
+        order, on ``connected`` workers: after a double failure one that lacked the lost stage
+        ran stage 0 straight into stage 2 and printed garbage."""
+        indices = [*self.local, *(i for m in self.members for i in m.indices)]
+        if indices != list(range(n_stages)) or any(not m.indices for m in self.members):
+            raise FleetguiError(
+                f"the assignment runs stages {indices}, but {source} has {n_stages}: "
+                "each must run once, in order"
+            )
+        unknown = [m.name for m in self.members if m.name not in connected]
+        if unknown:
+            raise FleetguiError(
+                f"the assignment uses {', '.join(unknown)}, which this session is not connected "
+                "to: connect them first"
+            )
 
 
 def _layers(units: Sequence[StageUnit], indices: Sequence[int]) -> int:

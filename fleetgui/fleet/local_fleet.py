@@ -22,8 +22,8 @@ from typing import Any
 
 from fleetgui.addresses import format_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyFileError, KeyPair, load_identity, write_identity
+from fleetgui.fleet.session_config import WorkerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,11 @@ class LocalFleet:
     threads: int = 1  # OpenVINO threads per worker: the workers share this PC's cores
     precision: str = "auto"
     workers: list[LocalWorker] = field(default_factory=list)
+    # per worker name: what its command starts with (a benchmark runs each worker in its own
+    # network namespace, on its own core: ip netns exec NS taskset -c 1) and the address it
+    # listens on (default loopback)
+    prefixes: dict[str, list[str]] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
 
     def identity(self) -> KeyPair:
         """The local fleet's coordinator key pair (made on first use)."""
@@ -85,12 +90,13 @@ class LocalFleet:
         home = self.root / name
         home.mkdir(parents=True, exist_ok=True)
         command = [
+            *self.prefixes.get(name, []),
             sys.executable,
             "-m",
             "fleetgui",
             "worker",
             "--listen",
-            "127.0.0.1:0",
+            format_address(self.hosts.get(name, "127.0.0.1"), 0),
             "--name",
             name,
             "--cache",

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from fleetgui.addresses import parse_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.deploy import ProgressCallback
 from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.secure_socket import SecureClient
+from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.fleet.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.pipeline import (

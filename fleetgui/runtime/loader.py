@@ -16,7 +16,7 @@ from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.ngram_draft import NgramDraft
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
 from fleetgui.runtime.pipeline import Pipeline
-from fleetgui.runtime.route import LocalRoute
+from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.speculative import Drafter, DraftModel
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
@@ -131,7 +131,6 @@ def load_local_pipeline(
     manifest = read_manifest(export_dir)
     config = replace(config, stage=safe_stage_config(config.stage, manifest.weight_format))
     core = ov.Core()
-    tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     stages = [
         LocalStage(
             entry.index,
@@ -142,9 +141,28 @@ def load_local_pipeline(
         )
         for entry in manifest.stages
     ]
+    return pipeline_over(
+        LocalRoute(stages), export_dir, manifest, config, core, draft_dir=draft_dir, metrics=metrics
+    )
+
+
+def pipeline_over(
+    route: Route,
+    export_dir: Path,
+    manifest: Manifest,
+    config: LocalPipelineConfig,
+    core: ov.Core,
+    *,
+    draft_dir: DraftSource | None = None,
+    metrics: MetricsBus | None = None,
+) -> Pipeline:
+    """A ``Pipeline`` running ``route`` (the stages of ``export_dir``, here or on a fleet)
+    with the export's tokenizer and context limit, and an optional draft (an export folder,
+    or ``"ngram"``) run on this PC."""
+    tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     draft = load_draft(draft_dir, manifest, tokenizer, config, core) if draft_dir else None
     return Pipeline(
-        LocalRoute(stages),
+        route,
         tokenizer,
         context_limit=context_limit_of(manifest, config.context_limit),
         draft=draft,

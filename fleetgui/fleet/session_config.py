@@ -1,0 +1,58 @@
+"""What a coordinator's fleet session is configured with and reports: the workers to connect
+to, how to run them, and each worker's status as the coordinator sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fleetgui.fleet.link import LinkConfig, WorkerLink
+from fleetgui.fleet.ring_route import RouteConfig
+from fleetgui.runtime.loader import LocalPipelineConfig
+
+
+@dataclass(frozen=True)
+class WorkerEndpoint:
+    """A worker to connect to: its name, ``tcp://host:port`` and pinned public key."""
+
+    name: str
+    endpoint: str
+    public_key: str
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """How the coordinator runs a fleet."""
+
+    link: LinkConfig = field(default_factory=LinkConfig)
+    route: RouteConfig = field(default_factory=RouteConfig)
+    topology: str = "ring"  # ring | hub (hub only to compare against)
+    local_stages: int = 1  # stages the coordinator runs itself
+    local: LocalPipelineConfig = field(default_factory=LocalPipelineConfig)
+    worker_threads: int = 0  # asked of workers; a worker's own --threads wins
+    worker_precision: str = "auto"
+    rejoin_interval_s: float = 2.0  # how often a lost worker is tried again
+    # when no worker left can take a lost worker's stages, this PC runs them if its free memory
+    # allows; off, the generation ends with an error instead (a PC that must stay responsive)
+    local_failover: bool = True
+
+
+@dataclass(frozen=True)
+class WorkerLinkStatus:
+    """A connected worker as the coordinator sees it."""
+
+    name: str
+    lost: str | None  # why it was lost, or None
+    rtt_ms: float | None  # last heartbeat round trip
+    free_ram_bytes: int | None  # from its last heartbeat
+    stages: tuple[int, ...]  # the export stages it runs
+    last_seen: float  # time.monotonic() of its last message
+
+    @classmethod
+    def of(cls, link: WorkerLink, stages: tuple[int, ...]) -> WorkerLinkStatus:
+        """``link``'s worker now, running ``stages``."""
+        free = int(link.last_status.get("free_ram_bytes", 0)) or None
+        return cls(link.name, link.lost, link.rtt_ms, free, stages, link.last_seen)
+
+
+FleetEvent = Callable[[str, str, str], None]  # (worker name, status, reason)
