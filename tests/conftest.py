@@ -13,6 +13,9 @@ import pytest
 from fleetgui.torch_env import hide_torchvision
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # Qt widgets render without a screen
+# The app's model library scans the home folder's well-known model places: tests see none (a
+# folder that does not exist), never the real ones; library tests lay out their own.
+os.environ["FLEETGUI_SCAN_HOME"] = str(Path(__file__).resolve().parent / "data" / "no-home")
 hide_torchvision()  # before any test imports transformers
 
 

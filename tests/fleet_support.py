@@ -226,3 +226,17 @@ def mounted_tmpfs(folder: Path, size: str = "8m", *, inodes: int | None = None) 
 def remount(folder: Path, mode: str) -> None:
     """Remount the tmpfs at ``folder`` ``ro`` or ``rw``."""
     subprocess.run(["mount", "-o", f"remount,{mode}", str(folder)], check=True)
+
+
+def app_controller_config(home: Path) -> Any:
+    """The app's fleet controller for tests: quick probes, no zeroconf, its files in ``home``."""
+    from fleetgui.app.fleet_controller import FleetControllerConfig
+
+    return FleetControllerConfig(
+        probe_interval_s=1.0,
+        probe_timeout_s=3.0,
+        zeroconf=False,
+        workers_file=home / "workers.json",
+        known_workers_file=home / "known_workers.json",
+        timings_file=home / "probe_timings.json",
+    )

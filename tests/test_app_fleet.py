@@ -34,7 +34,12 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("qasync")
 
-from fleet_support import WorkerProcess, coordinator_identity, worker_process
+from fleet_support import (
+    WorkerProcess,
+    app_controller_config,
+    coordinator_identity,
+    worker_process,
+)
 from PySide6.QtWidgets import QApplication, QPushButton
 from runtime_support import EXACT, export, perturbed_copy
 from test_app import (  # noqa: F401
@@ -49,7 +54,7 @@ from test_app import (  # noqa: F401
 from fleetgui.app.core import AppCore
 from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_app import build_fleet_core
-from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
+from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
 from fleetgui.app.mode import Mode
@@ -195,14 +200,7 @@ def app(
     home = root / "app_home"
     core, controller = build_fleet_core(
         identity,
-        controller_config=FleetControllerConfig(
-            probe_interval_s=1.0,
-            probe_timeout_s=3.0,
-            zeroconf=False,
-            workers_file=home / "workers.json",
-            known_workers_file=home / "known_workers.json",
-            timings_file=home / "probe_timings.json",
-        ),
+        controller_config=app_controller_config(home),
         coordinator_config=CoordinatorConfig(link=FAST_LINKS, local=EXACT, rejoin_interval_s=0.5),
         settings_path=home / "settings.json",
         history_dir=home / "chats",

@@ -16,13 +16,14 @@ pytest.importorskip("PySide6")
 from fleetgui.app.export_job import default_export_dir
 from fleetgui.app.plan_preview import (
     PreviewRequest,
-    copies_to_deploy,
     export_stages,
+    groups_to_deploy,
     in_plan_order,
     layout_text,
     plan_assignment,
     preview_layout,
     preview_plan,
+    replicas_phrase,
     rows_of,
 )
 from fleetgui.errors import FleetguiError
@@ -125,7 +126,7 @@ def test_the_preview_layout_and_what_deploy_runs(
     request = PreviewRequest(export, devices, PlanConfig(), streams=users)
     plan, layout = preview_plan(request), preview_layout(request)
     assert layout is not None and layout.users == users and "here" not in layout.devices
-    assert sorted(copies_to_deploy(plan, layout)) == copies, name
+    assert sorted(g for (g,) in groups_to_deploy(plan, layout)) == copies, name
     text = layout_text(plan, layout)
     assert text.startswith("Layout for tiny") and f"for {users} user(s)" in text
     last = text.splitlines()[-1]
@@ -133,5 +134,23 @@ def test_the_preview_layout_and_what_deploy_runs(
         assert last.startswith(f"Deploy runs {len(copies)} whole copies, on ")
     else:
         assert last.startswith("Deploy runs the pipeline above (")
-    assert copies_to_deploy(plan, None) == () and layout_text(plan, None) == ""
+    assert groups_to_deploy(plan, None) == () and layout_text(plan, None) == ""
     assert preview_layout(PreviewRequest(export, devices[:1], PlanConfig())) is None
+
+
+def test_deploy_runs_two_pipelines_of_two_for_many_users_and_says_so() -> None:
+    """4 workers, the model needs 2 of them, 4 users: Deploy gets two groups of two, each in
+    its ring order, and the preview names them."""
+    from fleetgui.planner import plan_layout
+
+    weights = ModelProfile(
+        "small@test", 8, "int4", 1_700_000_000, 400_000_000, 400_000_000, 2048, 4096, 32000, 8192
+    )
+    devices = (device("here", 8, 2.0), *(device(w, 8, 2.0) for w in ("w1", "w2", "w3", "w4")))
+    layout = plan_layout(devices, weights, PlanConfig(), users=4, coordinator_runs_stages=False)
+    groups = groups_to_deploy(None, layout)
+    assert layout.kind == "pipelines" and len(groups) == 2 and all(len(g) == 2 for g in groups)
+    assert sorted(w for g in groups for w in g) == ["w1", "w2", "w3", "w4"]
+    assert replicas_phrase(groups) == f"2 replicas: {'+'.join(groups[0])} | {'+'.join(groups[1])}"
+    assert groups_to_deploy(None, plan_layout(devices, weights, users=1)) == ()  # one user
+    assert replicas_phrase((("a",), ("b",))) == "2 whole copies, on a, b"

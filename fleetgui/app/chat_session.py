@@ -88,6 +88,11 @@ class ChatSession(QObject):
         request = self._request_of(conversation_id)
         return None if request is None else self._replies[request].text
 
+    def conversation_of(self, request: int) -> str | None:
+        """The conversation reply request ``request`` answers (None: not a chat reply)."""
+        reply = self._replies.get(request)
+        return None if reply is None else reply.conversation_id
+
     def _request_of(self, conversation_id: str) -> int | None:
         return next(
             (rid for rid, r in self._replies.items() if r.conversation_id == conversation_id),

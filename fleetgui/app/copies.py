@@ -1,11 +1,12 @@
-"""Whole copies of the model, one per worker, deployed from the app and shown in it.
+"""Replicas of the model (a whole copy per worker, or pipelines over groups of workers),
+deployed from the app and shown in it.
 
-:func:`deploy_copies` deploys the copies the plan preview chose
-(:func:`~fleetgui.app.plan_preview.copies_to_deploy`) with
-:func:`~fleetgui.fleet.replicas.open_copies`: a ``FleetSession`` per copy, this PC runs no stage,
-and a lost copy's streams are replayed on another. The fleet view's code expects one session;
-:class:`ReplicaSessions` answers for all of them, each worker's status from the session that
-holds it. :func:`replica_text` is the dashboard's "which copy serves how many streams".
+:func:`deploy_replicas` deploys the groups the plan preview chose
+(:func:`~fleetgui.app.plan_preview.groups_to_deploy`) with
+:func:`~fleetgui.fleet.replicas.open_copies`: a ``FleetSession`` per replica, this PC runs no
+stage, and a lost replica's streams are replayed on another. The fleet view's code expects one
+session; :class:`ReplicaSessions` answers for all of them, each worker's status from the session
+that holds it. :func:`replica_text` is the dashboard's "which replica serves how many streams".
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleetgui.app.deployer import DeployProgress, DeployRequest, ProgressCallback
+from fleetgui.app.plan_preview import export_stages
 from fleetgui.errors import FleetguiError
-from fleetgui.export.manifest import read_manifest
 
 if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the dashboard
     from fleetgui.fleet.coordinator import (
@@ -61,8 +62,8 @@ def pick_endpoints(usable: Sequence[WorkerEndpoint], names: Sequence[str]) -> li
     gone = [n for n in names if n not in by_name]
     if gone:
         raise FleetguiError(
-            f"the preview put a copy on {', '.join(gone)}, which cannot be used now: preview the "
-            "plan again"
+            f"the preview put a replica on {', '.join(gone)}, which cannot be used now: preview "
+            "the plan again"
         )
     return [by_name[n] for n in names]
 
@@ -80,7 +81,7 @@ async def unload(endpoints: Sequence[WorkerEndpoint], identity: KeyPair) -> None
     await session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
 
 
-async def deploy_copies(
+async def deploy_replicas(
     request: DeployRequest,
     usable: Sequence[WorkerEndpoint],
     identity: KeyPair,
@@ -89,46 +90,49 @@ async def deploy_copies(
     progress: ProgressCallback,
     on_event: FleetEvent,
 ) -> ReplicatedPipeline:
-    """A whole copy of ``request.export_dir`` on each of ``request.copies``; their session
-    events go to ``on_event`` from then on. A failed or cancelled deployment leaves every one
-    of those workers unloaded."""
+    """``request.export_dir`` on each group of ``request.groups`` (a whole copy on a group of
+    one); their session events go to ``on_event`` from then on. A failed or cancelled
+    deployment leaves every one of those workers unloaded."""
     from fleetgui.fleet.replicas import open_copies
 
-    endpoints = pick_endpoints(usable, request.copies)
-    for endpoint in endpoints:
-        progress(DeployProgress(endpoint.name, "loading a whole copy", 0, 1))
+    groups = [pick_endpoints(usable, names) for names in request.groups]
+    endpoints = [endpoint for group in groups for endpoint in group]
+    for group in groups:
+        what = "loading a whole copy" if len(group) == 1 else f"loading a {len(group)}-PC pipeline"
+        for endpoint in group:
+            progress(DeployProgress(endpoint.name, what, 0, 1))
     try:
         pipeline = await open_copies(
-            request.export_dir,
-            [[endpoint] for endpoint in endpoints],
-            identity,
-            config,
-            draft_dir=request.draft_dir,
+            request.export_dir, groups, identity, config, draft_dir=request.draft_dir
         )
     except BaseException:
         await asyncio.shield(unload(endpoints, identity))
         raise
-    manifest = read_manifest(request.export_dir)
-    layers = f"layers 0-{manifest.n_layers - 1}"
+    stages = export_stages(request.export_dir)
     for replica in pipeline.replicas:
         # open_copies' sessions report to nobody: from now on they report to the fleet view
         replica.session.on_event = on_event
-        on_event(replica.name, "busy", f"a whole copy ({layers})")
-        progress(DeployProgress(replica.name, "ready", 1, 1))
+        assert replica.session.assignment is not None  # deployed by open_copies
+        members = replica.session.assignment.members
+        for member in members:
+            start, end = stages[member.indices[0]][0], stages[member.indices[-1]][1]
+            role = "a whole copy" if len(members) == 1 else f"replica {replica.name}"
+            on_event(member.name, "busy", f"{role} (layers {start}-{end - 1})")
+            progress(DeployProgress(member.name, "ready", 1, 1))
     return pipeline
 
 
-async def close_copies(pipeline: ReplicatedPipeline) -> None:
-    """End the copies: every worker drops its copy, every session closes."""
+async def close_replicas(pipeline: ReplicatedPipeline) -> None:
+    """End the replicas: every worker drops its stages, every session closes."""
     for replica in pipeline.replicas:
         with contextlib.suppress(Exception):
             await replica.session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
 
 
 def replica_text(pipeline: object) -> str:
-    """The dashboard's line on which copy serves how many streams now, e.g.
-    ``"Copies: w1 1 stream · w2 lost"``; "" for anything but copies."""
-    replicas = sys.modules.get("fleetgui.fleet.replicas")  # not loaded: no copies deployed
+    """The dashboard's line on which replica serves how many streams now, e.g.
+    ``"Replicas: w1 1 stream · w2 lost"``; "" for anything but replicas."""
+    replicas = sys.modules.get("fleetgui.fleet.replicas")  # not loaded: no replica deployed
     if replicas is None:
         return ""
     kind: type[ReplicatedPipeline] = replicas.ReplicatedPipeline
@@ -139,4 +143,4 @@ def replica_text(pipeline: object) -> str:
         f"{name} lost" if name in failed else f"{name} {n} stream{'s' if n != 1 else ''}"
         for name, n in pipeline.streams_by_replica().items()
     ]
-    return "Copies: " + " · ".join(parts)
+    return "Replicas: " + " · ".join(parts)

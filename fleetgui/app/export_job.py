@@ -56,7 +56,14 @@ class ExportJob:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             self.cancel()  # the thread stops at its next step
+            future.add_done_callback(_retrieve)  # ... raising DeployCancelledError, expected
             raise
+
+
+def _retrieve(future: asyncio.Future[Manifest]) -> None:
+    """Take the abandoned export's outcome, so asyncio does not log it as never retrieved."""
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("cancelled export ended: %s", future.exception())
 
 
 def default_export_dir(

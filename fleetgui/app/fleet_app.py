@@ -15,6 +15,7 @@ from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
 from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.layer_times import measure_devices
+from fleetgui.app.model_library import RootsFor
 from fleetgui.fleet.coordinator import CoordinatorConfig
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.planner import DeviceProfile
@@ -80,6 +81,7 @@ def build_fleet_core(
     coordinator_config: CoordinatorConfig | None = None,
     settings_path: Path | None = None,
     history_dir: Path | None = None,
+    library_roots: RootsFor | None = None,
     parent: QObject | None = None,
 ) -> tuple[AppCore, FleetController]:
     """The app's core objects deploying on the fleet; the controller starts with the app's loop
@@ -94,6 +96,7 @@ def build_fleet_core(
         devices=ControllerDevices(controller, coordinator_config),
         fleet_actions=ControllerActions(controller, deployer),
         fleet=fleet,
+        library_roots=library_roots,
         parent=parent,
     )
     return core, controller

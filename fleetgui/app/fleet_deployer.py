@@ -10,8 +10,9 @@ the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetControlle
 made from a plan keeps re-planning while it runs (:meth:`FleetSession.replan_with`): a worker
 whose measured speed drifts, or the failover after a lost one, can move stages.
 
-When the preview chose whole copies (``DeployRequest.copies``), each of those workers gets a
-whole copy instead (:mod:`fleetgui.app.copies`) and the chat is served by the copies together.
+When the preview chose replicas (``DeployRequest.groups``), each group of workers gets the model
+instead, a whole copy on a group of one (:mod:`fleetgui.app.copies`), and the chat is served by
+the replicas together.
 
 A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
 to unload and the session is closed. A new deployment first ends the previous one (workers host
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgui.app.copies import ReplicaSessions, close_copies, deploy_copies
+from fleetgui.app.copies import ReplicaSessions, close_replicas, deploy_replicas
 from fleetgui.app.deployer import (
     Deployer,
     DeployProgress,
@@ -37,7 +38,12 @@ from fleetgui.app.deployer import (
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
-from fleetgui.app.plan_preview import export_stages, in_plan_order, plan_assignment
+from fleetgui.app.plan_preview import (
+    export_stages,
+    in_plan_order,
+    plan_assignment,
+    replicas_phrase,
+)
 from fleetgui.fleet import deploy as fleet_deploy
 from fleetgui.fleet.assignment import Assignment
 from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
@@ -96,13 +102,13 @@ class FleetDeployer(Deployer):
         self.controller = controller
         self.config = config or CoordinatorConfig()
         self.session: FleetSession | None = None
-        self.copies: ReplicatedPipeline | None = None  # whole copies, when those are deployed
+        self.copies: ReplicatedPipeline | None = None  # replicas, when those are deployed
 
     async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> ServedPipeline:
         await self.close()  # workers serve one deployment at a time
         endpoints = self.controller.usable_endpoints()
-        if request.copies:
-            return await self._deploy_copies(request, endpoints, progress)
+        if request.groups:
+            return await self._deploy_replicas(request, endpoints, progress)
         plan = request.plan
         here = coordinator_name()
         if (plan is None and not endpoints) or (plan is not None and plan.devices == (here,)):
@@ -167,11 +173,11 @@ class FleetDeployer(Deployer):
             )
         return pipeline
 
-    async def _deploy_copies(
+    async def _deploy_replicas(
         self, request: DeployRequest, endpoints: list[WorkerEndpoint], progress: ProgressCallback
     ) -> ReplicatedPipeline:
         controller = self.controller
-        copies = await deploy_copies(
+        copies = await deploy_replicas(
             request,
             endpoints,
             controller.identity,
@@ -182,7 +188,7 @@ class FleetDeployer(Deployer):
         # the copies' heartbeats speak for their workers, each from its own session
         controller.session = ReplicaSessions([r.session for r in copies.replicas])
         self.copies = copies
-        self.name = f"the fleet, as {len(copies.replicas)} whole copies"
+        self.name = f"the fleet, as {replicas_phrase(request.groups)}"
         return copies
 
     async def _discard(self, session: FleetSession) -> None:
@@ -201,6 +207,6 @@ class FleetDeployer(Deployer):
             await self._discard(session)
         copies, self.copies = self.copies, None
         if copies is not None:
-            await close_copies(copies)
+            await close_replicas(copies)
             self.controller.session_closed()
             log.info("copies discarded; the workers unloaded them")

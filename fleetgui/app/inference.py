@@ -91,6 +91,7 @@ class InferenceService(QObject):
     stopped = Signal(int)  # request id: ended by stop(); the text so far stands
     failed = Signal(int, str)  # request id, message with the fix
     metric = Signal(object)  # every runtime MetricEvent of the current pipeline
+    stream_opened = Signal(int, int)  # request id, its pipeline stream id (at its first tokens)
     chat_format_changed = Signal(str)  # "" (the model's own template, or no model) or a notice
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -281,9 +282,13 @@ class InferenceService(QObject):
         self.started.emit(request.id)
         result: GenerationResult | None = None
         stream = pipeline.stream(request.prompt, request.options)
+        opened = False
         try:
             async for item in stream:
                 if isinstance(item, TokenDelta):
+                    if not opened:  # metric events name streams by id: say whose this one is
+                        opened = True
+                        self.stream_opened.emit(request.id, item.stream_id)
                     if item.text:
                         self.delta.emit(request.id, item.text)
                 else:

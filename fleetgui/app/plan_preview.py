@@ -8,9 +8,10 @@ device, so its stages match the plan.
 
 Beside that plan the preview shows the :class:`~fleetgui.planner.layout.Layout` that
 :func:`~fleetgui.planner.plan_layout` chooses for the replies generating at once
-(:func:`preview_layout`). The app serves several groups only as whole copies on workers
-(:func:`fleetgui.fleet.replicas.open_copies`, this PC runs no stage), so the layout is planned for
-workers only, and Deploy deploys copies when :func:`copies_to_deploy` says they beat the plan.
+(:func:`preview_layout`). The app serves several groups as independent replicas on workers
+(:func:`fleetgui.fleet.replicas.open_copies`: a group of one worker holds a whole copy, a larger
+one a pipeline; this PC runs no stage), so the layout is planned for workers only, and Deploy
+deploys the groups when :func:`groups_to_deploy` says they beat the plan.
 """
 
 from __future__ import annotations
@@ -102,15 +103,26 @@ def preview_layout(request: PreviewRequest) -> Layout | None:
         return None
 
 
-def copies_to_deploy(plan: Plan | None, layout: Layout | None) -> tuple[str, ...]:
-    """The workers that get a whole copy each on Deploy, or () to deploy ``plan`` as a pipeline:
-    copies when ``layout`` is at least two of them for at least two users, with more predicted
-    tokens/s in all than ``plan`` for the same users (one user gains nothing from a copy)."""
-    if layout is None or layout.kind != "copies" or len(layout.groups) < 2 or layout.users < 2:
+Groups = tuple[tuple[str, ...], ...]  # workers per replica, each group in its ring order
+
+
+def groups_to_deploy(plan: Plan | None, layout: Layout | None) -> Groups:
+    """The groups of workers Deploy runs as independent replicas (one worker: a whole copy;
+    several: a pipeline over them), or () to deploy ``plan`` as one pipeline: replicas when
+    ``layout`` has at least two groups for at least two users, with more predicted tokens/s in
+    all than ``plan`` for the same users (one user gains nothing from a replica)."""
+    if layout is None or len(layout.groups) < 2 or layout.users < 2:
         return ()
     if plan is not None and plan.predicted_tokens_per_s >= layout.predicted_tokens_per_s:
         return ()
-    return layout.devices
+    return tuple(tuple(group.devices) for group in layout.groups)
+
+
+def replicas_phrase(groups: Groups) -> str:
+    """``"2 whole copies, on a, b"`` or ``"2 replicas: a+b | c+d"``."""
+    if all(len(group) == 1 for group in groups):
+        return f"{len(groups)} whole copies, on {', '.join(g[0] for g in groups)}"
+    return f"{len(groups)} replicas: " + " | ".join("+".join(group) for group in groups)
 
 
 def layout_text(plan: Plan | None, layout: Layout | None) -> str:
@@ -119,15 +131,15 @@ def layout_text(plan: Plan | None, layout: Layout | None) -> str:
     if layout is None:
         return ""
     lines = layout.table_lines()
-    copies = copies_to_deploy(plan, layout)
+    groups = groups_to_deploy(plan, layout)
     pipeline = (
         f" ({plan.predicted_tokens_per_s:.1f} tokens/s for {plan.streams} stream(s))"
         if plan is not None
         else ""
     )
-    if copies:
+    if groups:
         lines.append(
-            f"Deploy runs {len(copies)} whole copies, on {', '.join(copies)}: "
+            f"Deploy runs {replicas_phrase(groups)}: "
             f"{layout.predicted_tokens_per_s:.1f} tokens/s in all, more than the pipeline above"
             f"{pipeline}."
         )

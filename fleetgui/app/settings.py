@@ -42,6 +42,7 @@ class AppSettings:
     export_weights: str = "int4"  # weight format of exports made from the app
     export_stages: int = 2  # stages of exports made from the app
     objective: str = "latency"  # planner objective: latency or throughput
+    model_folders: tuple[str, ...] = ()  # folders the user added to the model library
 
     def mode_settings(self) -> ModeSettings:
         """The mode these settings describe; invalid saved values fall back to defaults."""
@@ -63,6 +64,8 @@ class AppSettings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             value = data.get(f.name, getattr(defaults, f.name))
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = tuple(value)  # JSON has no tuples; lists of text are saved as lists
             if type(value) is type(getattr(defaults, f.name)):
                 values[f.name] = value
             else:

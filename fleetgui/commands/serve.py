@@ -150,12 +150,14 @@ async def _open_pipeline(
     from fleetgui.runtime.loader import load_local_pipeline
     from fleetgui.runtime.route import LocalRoute
 
+    groups: tuple[tuple[str, ...], ...] | None = None  # None: a copy on every worker
     layout = args.layout
     if args.workers and layout == "auto":
-        layout = await _choose_layout(args, local, max_streams)
+        groups = await _choose_layout(args, local, max_streams)
+        layout = "copies" if groups else "pipeline"
     if args.workers and layout == "copies":
-        copies = await _open_copies(args, local, draft)
-        return copies, replica_streams(copies), None
+        replicas = await _open_replicas(args, local, draft, groups)
+        return replicas, replica_streams(replicas), None
     if args.workers:
         session = await _open_fleet(args, local)
         return session.pipeline(draft_dir=draft), fleet_stage_streams(session), session
@@ -181,8 +183,8 @@ async def _until_stopped() -> None:
 
 def _fleet_config(args: argparse.Namespace, local: Any) -> tuple[Any, Any]:
     """The coordinator's key pair and configuration for ``--workers``."""
-    from fleetgui.fleet.coordinator import CoordinatorConfig
     from fleetgui.fleet.keys import coordinator_identity, load_identity
+    from fleetgui.fleet.session_config import CoordinatorConfig
 
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
     config = CoordinatorConfig(
@@ -198,11 +200,14 @@ async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
     return await open_fleet(args.export_dir, parse_worker_list(args.workers), identity, config)
 
 
-async def _choose_layout(args: argparse.Namespace, local: Any, users: int) -> str:
-    """``pipeline`` or ``copies`` for ``--max-streams`` users, as the app's plan preview
-    decides for ``users`` at once: this PC and the workers time a stage of the export, the
-    planner plans the pipeline and the workers' layouts, and copies win only when predicted
-    faster. The preview is printed, alternatives included."""
+async def _choose_layout(
+    args: argparse.Namespace, local: Any, users: int
+) -> tuple[tuple[str, ...], ...]:
+    """The groups of workers to serve as replicas for ``--max-streams`` users (whole copies,
+    or pipelines over groups), or () for one pipeline, as the app's plan preview decides for
+    ``users`` at once: this PC and the workers time a stage of the export, the planner plans
+    the pipeline and the workers' layouts, and replicas win only when predicted faster. The
+    preview is printed, alternatives included."""
     from fleetgui.app.layer_times import measure_devices
     from fleetgui.app.local_pc import (
         ESTIMATED_DISK_BYTES_PER_S,
@@ -211,7 +216,7 @@ async def _choose_layout(args: argparse.Namespace, local: Any, users: int) -> st
     )
     from fleetgui.app.plan_preview import (
         PreviewRequest,
-        copies_to_deploy,
+        groups_to_deploy,
         layout_text,
         preview_layout,
         preview_plan,
@@ -243,17 +248,25 @@ async def _choose_layout(args: argparse.Namespace, local: Any, users: int) -> st
     plan = await asyncio.to_thread(preview_plan, request)
     layout = await asyncio.to_thread(preview_layout, request)
     print(layout_text(plan, layout) or f"{plan}", flush=True)
-    return "copies" if copies_to_deploy(plan, layout) else "pipeline"
+    return groups_to_deploy(plan, layout)
 
 
-async def _open_copies(args: argparse.Namespace, local: Any, draft: Any) -> Any:
+async def _open_replicas(
+    args: argparse.Namespace, local: Any, draft: Any, groups: tuple[tuple[str, ...], ...] | None
+) -> Any:
+    """A replica per group of worker names (None: a whole copy on every worker)."""
     from fleetgui.fleet.open_fleet import parse_worker_list, resolve_workers
     from fleetgui.fleet.replicas import open_copies
 
     identity, config = _fleet_config(args, local)
     endpoints = await resolve_workers(parse_worker_list(args.workers))
-    copies = [[endpoint] for endpoint in endpoints]
-    return await open_copies(args.export_dir, copies, identity, config, draft_dir=draft)
+    by_name = {endpoint.name: endpoint for endpoint in endpoints}
+    chosen = (
+        [[by_name[name] for name in group] for group in groups]
+        if groups
+        else [[endpoint] for endpoint in endpoints]
+    )
+    return await open_copies(args.export_dir, chosen, identity, config, draft_dir=draft)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ VIEW_VERSION = 1  # bump when a view's contents change, so old views are rebuilt
 SAMPLE_BYTES = 64  # bytes of each tensor, at its start, middle and end, in the file's identity
 #: GGUF ``general.architecture`` values fleetgui exports (the transformers model type follows).
 SUPPORTED_ARCHITECTURES = ("gemma2", "gemma3", "llama", "mistral", "phi3", "qwen2", "qwen3")
+GGUF_MAGIC = b"GGUF"  # a GGUF file's first bytes
 
 
 class GGUFSourceError(FleetguiError):
@@ -40,7 +42,32 @@ def _install_hint() -> str:
     return "install the export extra: pip install 'fleetgui[export]'"
 
 
-def _reader(path: Path) -> Any:
+def is_gguf_file(path: Path) -> bool:
+    """Whether ``path`` is a GGUF file: by its ``.gguf`` name or, for files named otherwise
+    (Ollama's blobs are ``sha256-<hex>``), by its first bytes."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def model_name(path: Path, fields: dict[str, Any]) -> str:
+    """The name a GGUF file's model goes by: the file's stem, or for a file not named
+    ``*.gguf`` (an Ollama blob) its ``general.name``, which says more than a hash."""
+    if path.suffix.lower() == ".gguf":
+        return path.stem
+    name = str(fields.get("general.name", "")).strip()
+    return re.sub(r"[^\w.+-]+", "-", name).strip("-") or path.name
+
+
+def open_reader(path: Path) -> Any:
+    """The gguf package's reader of ``path``: memory-mapped, so only what is read is loaded."""
     try:
         from gguf import GGUFReader
     except ImportError as exc:
@@ -53,7 +80,8 @@ def _reader(path: Path) -> Any:
         raise GGUFSourceError(f"{path} is not a readable GGUF file ({exc})") from exc
 
 
-def _fields(reader: Any) -> dict[str, Any]:
+def read_fields(reader: Any) -> dict[str, Any]:
+    """The file's metadata as ``{key: value}`` (fields that cannot be decoded are left out)."""
     out: dict[str, Any] = {}
     for key, field in reader.fields.items():
         try:
@@ -79,7 +107,7 @@ def file_identity(path: Path, reader: Any) -> str:
     return digest.hexdigest()
 
 
-def _check_quantization(reader: Any) -> None:
+def check_quantization(reader: Any) -> None:
     """Every tensor's type must dequantize with the gguf package: try one row of each type."""
     from gguf import dequantize
 
@@ -99,7 +127,7 @@ def _check_quantization(reader: Any) -> None:
             ) from exc
 
 
-def _hf_config(path: Path, architecture: str) -> dict[str, Any]:
+def _hf_config(path: Path, architecture: str, name: str) -> dict[str, Any]:
     from fleetgui.torch_env import hide_torchvision
 
     hide_torchvision()
@@ -113,7 +141,7 @@ def _hf_config(path: Path, architecture: str) -> dict[str, Any]:
             f"({exc}); supported GGUF architectures: {', '.join(SUPPORTED_ARCHITECTURES)}"
         ) from exc
     data: dict[str, Any] = config.to_dict()
-    data["_name_or_path"] = path.stem
+    data["_name_or_path"] = name
     data["architectures"] = [type(config).__name__.replace("Config", "ForCausalLM")]
     return data
 
@@ -158,12 +186,15 @@ def _tensor_table(reader: Any, weight_map: dict[str, str], tied: bool) -> dict[s
     return table
 
 
-def view_folder(path: Path, identity: str, cache_root: Path | None = None) -> Path:
-    """Where the view of the GGUF file ``path`` with ``identity`` lives."""
+def view_folder(
+    path: Path, identity: str, cache_root: Path | None = None, *, name: str | None = None
+) -> Path:
+    """Where the view of the GGUF file ``path`` with ``identity`` lives (``name``: the model's,
+    :func:`model_name`; the file's stem by default)."""
     from fleetgui.paths import shards_cache_dir
 
     root = cache_root if cache_root is not None else shards_cache_dir() / "gguf"
-    return root / f"{path.stem}-{identity[:12]}"
+    return root / f"{name or path.stem}-{identity[:12]}"
 
 
 def is_gguf_view(folder: Path) -> bool:
@@ -189,9 +220,11 @@ def prepare_gguf(path: Path, cache_root: Path | None = None) -> Path:
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise GGUFSourceError(f"GGUF file {path} does not exist")
-    reader = _reader(path)
+    reader = open_reader(path)
     identity = file_identity(path, reader)
-    folder = view_folder(path, identity, cache_root)
+    fields = read_fields(reader)
+    name = model_name(path, fields)
+    folder = view_folder(path, identity, cache_root, name=name)
     view = folder / VIEW_FILE
     if view.is_file():
         try:
@@ -200,18 +233,17 @@ def prepare_gguf(path: Path, cache_root: Path | None = None) -> Path:
                 return folder
         except ValueError:
             pass
-    fields = _fields(reader)
     architecture = str(fields.get("general.architecture", ""))
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise GGUFSourceError(
             f"{path.name}: GGUF architecture {architecture!r} is not supported; supported: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    _check_quantization(reader)
+    check_quantization(reader)
     from fleetgui.export.architectures import adapter_for
     from fleetgui.export.gguf_tokenizer import GGUFVocab, end_of_turn_ids, write_tokenizer_files
 
-    config = _hf_config(path, architecture)
+    config = _hf_config(path, architecture, name)
     from types import SimpleNamespace
 
     adapter_for(SimpleNamespace(**config))  # an architecture the exporter cannot split: fail now
@@ -267,7 +299,7 @@ class GGUFCheckpoint:
         if entry is None:
             raise CheckpointError(f"tensor {key!r} is not in the GGUF file {self.path}")
         if self._reader is None:
-            self._reader = _reader(self.path)
+            self._reader = open_reader(self.path)
             self._by_name = {t.name: t for t in self._reader.tensors}
         tensor = self._by_name[entry[0]]
         weights = dequantize(tensor.data, tensor.tensor_type)

@@ -121,29 +121,51 @@ class GGUFVocab:
         return [i for i, t in enumerate(self.token_types) if t in (CONTROL, USER_DEFINED)]
 
 
-def build_tokenizer_json(vocab: GGUFVocab) -> str:
-    """The ``tokenizer.json`` text of the GGUF file's tokenizer; raises ``GGUFTokenizerError``
-    naming the tokenizer model or pre-tokenizer when it is one fleetgui cannot rebuild."""
-    if vocab.model == "llama":
-        return _sentencepiece_json(vocab)
-    if vocab.model != "gpt2":
+def check_rebuildable(model: str, pre: str, *, tokens: int, scores: int, merges: int) -> None:
+    """Raise ``GGUFTokenizerError`` naming the tokenizer model or pre-tokenizer when fleetgui
+    cannot rebuild a tokenizer of ``tokenizer.ggml.model`` ``model``, ``pre``-tokenizer ``pre``
+    and that many tokens, scores and merges (cheap: nothing is built, so the model library
+    asks it of every GGUF file it lists)."""
+    if not tokens:
+        raise GGUFTokenizerError("the GGUF file has no tokenizer (tokenizer.ggml.tokens)")
+    if model == "llama":
+        if scores != tokens:
+            raise GGUFTokenizerError(
+                "the GGUF file's SentencePiece tokenizer has no scores (tokenizer.ggml.scores)"
+            )
+        return
+    if model != "gpt2":
         raise GGUFTokenizerError(
-            f"the GGUF file's tokenizer model is {vocab.model!r}; fleetgui rebuilds byte-level "
+            f"the GGUF file's tokenizer model is {model!r}; fleetgui rebuilds byte-level "
             "BPE ('gpt2': Llama 3, Qwen 2/3, SmolLM, Phi-3.5 ...) and SentencePiece BPE "
             "('llama': Llama 2, Mistral, Gemma) tokenizers from GGUF metadata. Export the model "
             "from its HuggingFace folder or hub id instead"
         )
-    splits = PRE_TOKENIZERS.get(vocab.pre)
-    if splits is None:
+    if pre not in PRE_TOKENIZERS:
         raise GGUFTokenizerError(
-            f"the GGUF file's pre-tokenizer {vocab.pre!r} is not supported; supported: "
+            f"the GGUF file's pre-tokenizer {pre!r} is not supported; supported: "
             f"{', '.join(sorted(PRE_TOKENIZERS))}. Export the model from its HuggingFace folder "
             "or hub id instead"
         )
-    if not vocab.merges:
+    if not merges:
         raise GGUFTokenizerError(
             "the GGUF file's BPE tokenizer has no merges (tokenizer.ggml.merges)"
         )
+
+
+def build_tokenizer_json(vocab: GGUFVocab) -> str:
+    """The ``tokenizer.json`` text of the GGUF file's tokenizer; raises ``GGUFTokenizerError``
+    naming the tokenizer model or pre-tokenizer when it is one fleetgui cannot rebuild."""
+    check_rebuildable(
+        vocab.model,
+        vocab.pre,
+        tokens=len(vocab.tokens),
+        scores=len(vocab.scores),
+        merges=len(vocab.merges),
+    )
+    if vocab.model == "llama":
+        return _sentencepiece_json(vocab)
+    splits = PRE_TOKENIZERS[vocab.pre]
     from tokenizers import (
         AddedToken,
         Regex,
@@ -209,10 +231,6 @@ def sentencepiece_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:
 
 
 def _sentencepiece_json(vocab: GGUFVocab) -> str:
-    if len(vocab.scores) != len(vocab.tokens):
-        raise GGUFTokenizerError(
-            "the GGUF file's SentencePiece tokenizer has no scores (tokenizer.ggml.scores)"
-        )
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
     unk = next((vocab.tokens[i] for i, t in enumerate(vocab.token_types) if t == UNKNOWN), None)

@@ -149,7 +149,9 @@ def _read_header(path: Path) -> tuple[dict[str, Any], int]:
     return header, 8 + length
 
 
-def _weight_files(path: Path) -> list[Path]:
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of the model folder ``path``; ``ModelSourceError`` naming what is
+    missing (no safetensors, only PyTorch ``.bin`` weights, files an index names)."""
     index = path / SAFETENSORS_INDEX
     if index.is_file():
         try:
@@ -235,7 +237,7 @@ def open_model_source(path: Path) -> ModelSource:
         return _open_gguf_view(path, config, config_bytes)
     digest = hashlib.sha256(config_bytes)
     tensors: dict[str, TensorInfo] = {}
-    for file in _weight_files(path):
+    for file in weight_files(path):
         header, base = _read_header(file)
         data_bytes = file.stat().st_size - base  # the tensors' data, after the header
         spans: list[tuple[int, int]] = []

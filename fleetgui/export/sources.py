@@ -105,12 +105,13 @@ def resolve_model(source: str | Path, *, gguf_cache: Path | None = None) -> Path
     text = str(source)
     path = Path(text).expanduser()
     if path.is_file():
-        if path.suffix.lower() != ".gguf":
+        from fleetgui.export.gguf_source import is_gguf_file, prepare_gguf
+
+        if not is_gguf_file(path):  # by name or, for an Ollama blob, by its first bytes
             raise ModelNotFoundError(
                 f"{path} is a file but not a GGUF file; name a .gguf file, a HuggingFace model "
                 "folder or a hub id"
             )
-        from fleetgui.export.gguf_source import prepare_gguf
 
         return prepare_gguf(path, gguf_cache)
     if path.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -122,8 +123,13 @@ class DashboardView(QWidget):
             plot = self.plots[chart.key]
             color = palette[len(plot.listDataItems()) % len(palette)]
             symbol = "o" if chart.key == "ttft_ms" else None
+            # "finite": a series' NaN entries are its breaks (idle gaps), not drawn across
             curve = plot.plot(
-                name=name, pen=pg.mkPen(color, width=2), symbol=symbol, symbolBrush=color
+                name=name,
+                pen=pg.mkPen(color, width=2),
+                symbol=symbol,
+                symbolBrush=color,
+                connect="finite",
             )
             self.curves[(chart.key, name)] = curve
         return curve
@@ -139,5 +145,9 @@ class DashboardView(QWidget):
                         del self.curves[key]
                 continue
             for series in series_list:
-                self._curve(chart, series.name).setData(list(series.x), list(series.y))
+                self._curve(chart, series.name).setData(
+                    np.fromiter(series.x, float, len(series)),
+                    np.fromiter(series.y, float, len(series)),
+                    connect="finite",
+                )
         self.info.setText(f"{store.total_points()} points")

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from fleetgui.app.deployer import DeployProgress
 from fleetgui.app.settings import WEIGHTS
+from fleetgui.app.views.library_view import LibraryView
 from fleetgui.app.views.mode_panel import ModePanel
 from fleetgui.planner import Plan
 
@@ -46,11 +48,21 @@ class DeploymentView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        left = QVBoxLayout()
+        self.library = LibraryView()  # the models found on this PC, above the chosen one
+        library_box = QGroupBox("Models on this PC")
+        QVBoxLayout(library_box).addWidget(self.library)
+        chosen = QWidget()
+        left = QVBoxLayout(chosen)
+        left.setContentsMargins(0, 0, 0, 0)
         left.addWidget(self._build_model())
         left.addWidget(self._build_plan(), 1)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(library_box)
+        splitter.addWidget(chosen)
+        splitter.setStretchFactor(0, 2)
+        splitter.setStretchFactor(1, 3)
         layout = QHBoxLayout(self)
-        layout.addLayout(left, 3)
+        layout.addWidget(splitter, 3)
         layout.addLayout(self._build_actions(), 2)
 
     def _build_model(self) -> QGroupBox:
@@ -186,6 +198,7 @@ class DeploymentView(QWidget):
         self.cancel_button.setEnabled(busy)
         self.deploy_button.setEnabled(not busy)
         self.export_button.setEnabled(not busy and not self.kind.text().endswith("export"))
+        self.library.set_busy(busy)
         if busy:
             self.progress.setRange(0, 0)  # busy indicator until a step is reported
         else:

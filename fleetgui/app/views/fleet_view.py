@@ -1,4 +1,5 @@
-"""The fleet: every known worker, its status and why, what it has; add one by address; pair."""
+"""The fleet: the ring as a picture (who runs which layers, where the time goes, failovers) and
+every known worker in a table with its status and why; add one by address; pair."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from PySide6.QtWidgets import (
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from fleetgui.app.theme import colors
+from fleetgui.app.topology import Topology
+from fleetgui.app.views.topology_view import TopologyView
 from fleetgui.app.worker_status import WorkerRow
 
 log = logging.getLogger(__name__)
@@ -54,14 +58,30 @@ class FleetView(QWidget):
         for widget in (self.address, add, self.code, pair):
             actions.addWidget(widget)
         self.summary = QLabel()
+        self.picture = TopologyView()
+        self.picture.node_clicked.connect(self.select)  # then "Pair selected" pairs it
+        self.views = QTabWidget()  # the picture first; the table has every detail and pairing
+        self.views.addTab(self.picture, "Ring")
+        self.views.addTab(self.table, "Table")
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
-        layout.addWidget(self.table, 1)
+        layout.addWidget(self.views, 1)
         layout.addLayout(actions)
 
     def _add(self) -> None:
         if self.address.text().strip():
             self.add_requested.emit(self.address.text().strip())
+
+    def show_topology(self, topology: Topology) -> None:
+        self.picture.show_topology(topology)
+
+    def select(self, name: str) -> None:
+        """Select worker ``name``'s row (a click on its box in the picture does)."""
+        for index in range(self.table.rowCount()):
+            item = self.table.item(index, 0)
+            if item is not None and item.text() == name:
+                self.table.selectRow(index)
+                return
 
     def _pair(self) -> None:
         row = self.table.currentRow()

@@ -18,17 +18,24 @@ from fleetgui.app.copies import replica_text
 from fleetgui.app.core import AppCore
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
+from fleetgui.app.model_library import use_entry
+from fleetgui.app.settings import WEIGHTS
 from fleetgui.app.tasks import spawn
 from fleetgui.app.theme import ThemeWatcher
+from fleetgui.app.topology_feed import DeploymentLayout, TopologyFeed
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.dashboard_view import DashboardView
 from fleetgui.app.views.deploy_view import DeploymentView
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.message_bar import MessageBar
+from fleetgui.library import ModelEntry
 
 log = logging.getLogger(__name__)
 
 FLEET_REFRESH_MS = 5000  # "last seen" texts are refreshed this often
+#: The model library is rescanned this often while the window is open (files that did not
+#: change are not read again, so a rescan is cheap), and whenever asked.
+LIBRARY_REFRESH_MS = 60_000
 
 
 class MainWindow(QMainWindow):
@@ -60,9 +67,13 @@ class MainWindow(QMainWindow):
         self.current_conversation: str | None = None
         self._fleet_timer = QTimer(self)
         self._fleet_timer.setInterval(FLEET_REFRESH_MS)
+        self._library_timer = QTimer(self)
+        self._library_timer.setInterval(LIBRARY_REFRESH_MS)
         self._connect_signals()
+        self._connect_live_views()
         core.inference.chat_format_changed.connect(self.chat.set_format_note)  # e.g. no template
         self._fleet_timer.start()
+        self._library_timer.start()
         self._show_initial_state()
         self.resize(1280, 800)
 
@@ -101,6 +112,8 @@ class MainWindow(QMainWindow):
         ):
             signal.connect(slot)
         deployment.model_changed.connect(lambda folder, _: core.settings.update(model_dir=folder))
+        view.weights.currentTextChanged.connect(self._set_export_weights)
+        self._connect_library()
         deployment.failed.connect(self.messages.show_error)
         deployment.cancelled.connect(self.messages.show_info)
         # mode
@@ -151,6 +164,19 @@ class MainWindow(QMainWindow):
         self.theme = ThemeWatcher(self)
         self.theme.changed.connect(self._apply_theme)
 
+    def _connect_library(self) -> None:
+        """The model library, in the deployment tab."""
+        library, view = self.core.library, self.deploy_view.library
+        library.entries_changed.connect(view.set_entries)
+        library.scanning_changed.connect(view.set_scanning)
+        library.failed.connect(self.messages.show_error)
+        view.refresh_requested.connect(library.refresh)
+        view.add_folder_requested.connect(library.add_folder)
+        view.remove_folder_requested.connect(library.remove_folder)
+        view.use_requested.connect(self._use_model)
+        self.core.deployment.export_finished.connect(self._refresh_library)  # lists the export
+        self._library_timer.timeout.connect(self._refresh_library)
+
     def _show_initial_state(self) -> None:
         core = self.core
         self._refresh_fleet()
@@ -158,6 +184,10 @@ class MainWindow(QMainWindow):
         self._show_mode(core.inference.mode)
         self._show_pipeline_state(core.inference.state)
         self.chat.set_format_note(core.inference.chat_format_note)
+        self.deploy_view.weights.setCurrentText(core.deployment.export_weights)
+        if core.inference.pipeline is None:  # first run: where to start is in the library
+            self.tabs.setCurrentWidget(self.deploy_view)
+        QTimer.singleShot(0, self, self._refresh_library)  # once the window is up; off-thread
         saved = core.settings.values.model_dir
         if saved and Path(saved).is_dir():
             core.deployment.choose_model(Path(saved))
@@ -187,12 +217,47 @@ class MainWindow(QMainWindow):
     def _show_series(self) -> None:
         self.dashboard.show_series(self.core.feed.store)
 
+    def _connect_live_views(self) -> None:
+        """The dashboard's names of chat streams, and the fleet picture: who runs which layers
+        (read from the deployment), how busy each PC is, failovers."""
+        core = self.core
+        core.inference.stream_opened.connect(self._name_stream)
+        layout = DeploymentLayout(core.deployment.deployer, lambda: core.inference.pipeline)
+        self.topology = TopologyFeed(core.fleet, layout, self)
+        core.inference.metric.connect(self.topology.record)
+        core.inference.state_changed.connect(self.topology.refresh)
+        self.topology.updated.connect(self._show_topology)
+        self.topology.update_now()
+
+    def _show_topology(self) -> None:
+        self.fleet_view.show_topology(self.topology.topology())
+
+    def _name_stream(self, request: int, stream: int) -> None:
+        """A chat reply's stream is charted under its conversation's title."""
+        session = self.core.session
+        conversation = session.conversation_of(request)
+        if conversation is not None:
+            self.core.feed.name_stream(stream, conversation, session.get(conversation).title)
+
     def _show_replicas(self, *_: object) -> None:
         self.dashboard.show_replicas(replica_text(self.core.inference.pipeline))
 
     def _choose_model(self, folder: str) -> None:
         if folder.strip():
             self.core.deployment.choose_model(Path(folder.strip()).expanduser())
+
+    def _refresh_library(self, *_: object) -> None:
+        self.core.library.refresh()
+
+    def _use_model(self, entry: ModelEntry) -> None:
+        """Use on the fleet: export if needed and preview the plan (the deployment tab shows
+        the progress bar, Cancel and then the plan)."""
+        use_entry(self.core.deployment, entry, self.core.inference.mode)
+
+    def _set_export_weights(self, weights: str) -> None:
+        if weights in WEIGHTS:
+            self.core.deployment.export_weights = weights
+            self.core.settings.update(export_weights=weights)
 
     def _export(self, weights: str, stages: int) -> None:
         deployment = self.core.deployment
@@ -217,6 +282,8 @@ class MainWindow(QMainWindow):
         self.pipeline_state.setText(f"Model: {state}")
         if state == "no model":
             self.deploy_view.on_unloaded()
+        # first run, or the model unloaded: the library says where to start
+        self.deploy_view.library.set_first_run(state == "no model")
 
     def _serve_api(self, on: bool) -> None:
         spawn(self.core.api.start() if on else self.core.api.stop(), "switch the API")
@@ -272,9 +339,12 @@ class MainWindow(QMainWindow):
 
     def _apply_theme(self, _colors: object = None) -> None:
         self.dashboard.apply_theme()
+        self.fleet_view.picture.apply_theme()
         self.chat.refresh_transcript()
         self._refresh_fleet()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         self.core.session.stop_all()
+        self._library_timer.stop()
+        self.core.library.close()
         super().closeEvent(event)

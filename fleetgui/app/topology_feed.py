@@ -1,0 +1,171 @@
+"""``TopologyFeed``: keeps the fleet picture (:mod:`fleetgui.app.topology`) current.
+
+It reads who runs which layers from the deployment (a ``FleetSession``'s assignment, the
+sessions of whole copies, or the stages of a pipeline on this PC), the rows of the
+:class:`~fleetgui.app.fleet_model.FleetModel`, and the runtime's metric events; ``updated``
+says the picture changed (at most every ``UPDATE_INTERVAL_MS``). While the fleet generates it
+is re-read on that period, so busy shares decay when generation stops and a failover's new
+layout shows as soon as the ring runs again (a stage moved to this PC sends no fleet event).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from fleetgui.app.fleet_model import FleetModel
+from fleetgui.app.local_pc import coordinator_name
+from fleetgui.app.topology import FleetLayout, LinkFacts, RingSpec, Topology, TopologyTracker
+from fleetgui.fleet.assignment import MEMORY_OVERHEAD
+from fleetgui.runtime.metrics import MetricEvent
+
+log = logging.getLogger(__name__)
+
+UPDATE_INTERVAL_MS = 250
+
+LayoutSource = Callable[[], FleetLayout | None]
+
+
+def session_rings(session: Any) -> RingSpec | None:
+    """The ring of a ``FleetSession`` (None before it deployed)."""
+    assignment = session.assignment
+    if assignment is None:
+        return None
+    members = tuple((m.name, tuple(m.indices)) for m in assignment.members)
+    return RingSpec(tuple(assignment.local), members)
+
+
+def session_links(session: Any) -> list[LinkFacts]:
+    out = []
+    for name in list(session.links):
+        status = session.worker_status(name)
+        out.append(LinkFacts(name, status.rtt_ms, status.free_ram_bytes, status.lost))
+    return out
+
+
+def sessions_layout(sessions: list[Any], deployment: int, coordinator: str) -> FleetLayout | None:
+    """The layout of one ``FleetSession`` or of several (whole copies: a ring each)."""
+    rings, links, spares, lost = [], [], [], []
+    manifest = None
+    for session in sessions:
+        ring = session_rings(session)
+        if ring is None or session.manifest is None:
+            continue
+        manifest = session.manifest
+        rings.append(ring)
+        links += session_links(session)
+        spares += [s for s in session.assignment.spares if s not in spares]
+        lost += [n for n in session.failovers if n not in lost]
+    if manifest is None:
+        return None
+    stages = tuple((s.start_layer, s.end_layer) for s in manifest.stages)
+    need = tuple(int(sum(f.size for f in s.files) * MEMORY_OVERHEAD) for s in manifest.stages)
+    return FleetLayout(
+        deployment, coordinator, stages, need, tuple(rings), tuple(spares), tuple(lost),
+        tuple(links),
+    )  # fmt: skip
+
+
+def local_layout(pipeline: Any, deployment: int, coordinator: str) -> FleetLayout | None:
+    """A pipeline whose stages all run on this PC (``LocalRoute``)."""
+    stages = getattr(getattr(pipeline, "route", None), "stages", None)
+    if not stages:
+        return None
+    ranges = tuple((s.shard.start_layer, s.shard.end_layer) for s in stages)
+    ring = RingSpec(tuple(range(len(ranges))), ())
+    return FleetLayout(deployment, coordinator, ranges, (0,) * len(ranges), (ring,))
+
+
+class DeploymentLayout:
+    """The layout of whatever the app has deployed, read from its deployer and pipeline (the
+    objects are read by duck typing: the fleet's modules load only when a fleet deploys)."""
+
+    def __init__(self, deployer: object, pipeline: Callable[[], object | None]) -> None:
+        self.deployer = deployer
+        self.pipeline = pipeline
+        self._ids = itertools.count(1)
+        self._source: object | None = None
+        self._deployment = 0
+
+    def _deployment_of(self, source: object) -> int:
+        """A number per deployment: the same while ``source`` is the same object."""
+        if source is not self._source:
+            self._source, self._deployment = source, next(self._ids)
+        return self._deployment
+
+    def __call__(self) -> FleetLayout | None:
+        here = coordinator_name()
+        session = getattr(self.deployer, "session", None)
+        if session is not None:
+            return sessions_layout([session], self._deployment_of(session), here)
+        copies = getattr(self.deployer, "copies", None)
+        if copies is not None:
+            sessions = [r.session for r in copies.replicas]
+            return sessions_layout(sessions, self._deployment_of(copies), here)
+        pipeline = self.pipeline()
+        if pipeline is not None:
+            return local_layout(pipeline, self._deployment_of(pipeline), here)
+        return None
+
+
+class TopologyFeed(QObject):
+    """The fleet picture, kept current (see module doc)."""
+
+    updated = Signal()
+
+    def __init__(
+        self,
+        fleet: FleetModel,
+        layout: LayoutSource,
+        parent: QObject | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(parent)
+        self.fleet = fleet
+        self.layout = layout
+        self.tracker = TopologyTracker()
+        self._clock = clock
+        self._topology = Topology()
+        self._timer = QTimer(self)
+        self._timer.setInterval(UPDATE_INTERVAL_MS)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._update)
+        for signal in (fleet.worker_added, fleet.worker_changed, fleet.worker_removed):
+            signal.connect(self.refresh)
+
+    def topology(self) -> Topology:
+        return self._topology
+
+    def record(self, event: MetricEvent) -> None:
+        """A runtime metric event (connect to ``InferenceService.metric``)."""
+        self.tracker.record(event, self._clock())
+        self.refresh()
+
+    def refresh(self, *_: object) -> None:
+        """Read everything again soon (rate-limited)."""
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def update_now(self) -> Topology:
+        """Read everything again now; the picture."""
+        self._update()
+        return self._topology
+
+    def _update(self) -> None:
+        tracker = self.tracker
+        tracker.set_rows(self.fleet.rows())
+        try:
+            tracker.set_layout(self.layout())
+        except Exception:  # a deployment being torn down: the next update reads it again
+            log.exception("reading the deployment's layout failed")
+        topology = tracker.topology(self._clock())
+        if topology.generating:
+            self._timer.start()  # busy shares change while it generates, and decay after
+        if topology != self._topology:
+            self._topology = topology
+            self.updated.emit()
