@@ -31,15 +31,15 @@ from typing import Protocol
 
 import numpy as np
 
+from fleetgui.fleet.decode_client import decode_on_worker
 from fleetgui.fleet.forward_codec import (
     MAX_DECODE_STEPS,
     DecodeSteps,
-    encode_decode,
     encode_forward,
     result_from_message,
 )
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Flags, Message, Op, RemoteError, raise_if_error
+from fleetgui.fleet.protocol import Message, Op, raise_if_error
 from fleetgui.fleet.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
 from fleetgui.runtime.stage import (
@@ -323,27 +323,14 @@ class RingRoute(Route):
         steps = DecodeSteps(run.stream_id, token, _decode_heads(heads), run.stop_ids)
         record = self._records[run.stream_id]
         self.decode_segments += 1
-        async with self._admitted():
-            request_id, results = self.dispatcher.new_stream(owner=link)
-            ended = False
+        timeout = self.config.forward_timeout_s
+        results = decode_on_worker(
+            link, self.dispatcher, steps, epoch=ring.epoch, timeout_s=timeout
+        )
+        async with self._admitted(), contextlib.aclosing(results):
+            since = time.perf_counter()
             try:
-                await link.send(
-                    encode_decode(steps, request_id=request_id, extra_meta={"epoch": ring.epoch})
-                )
-                since = time.perf_counter()
-                while not ended:
-                    try:
-                        async with asyncio.timeout(self.config.forward_timeout_s):
-                            item = await results.get()
-                    except TimeoutError:
-                        raise RequestTimeoutError(
-                            f"no decode step from {link.name!r} within "
-                            f"{self.config.forward_timeout_s:g} s"
-                        ) from None
-                    if isinstance(item, BaseException):
-                        raise item
-                    ended = bool(item.flags & Flags.FINAL) or item.op is Op.ERROR
-                    result = result_from_message(raise_if_error(item, f"worker {link.name!r}"))
+                async for result in results:
                     ids = np.array([[token]], dtype=np.int64)
                     record.passes.append(ForwardRequest(run.stream_id, ids))
                     heads.popleft()
@@ -356,20 +343,10 @@ class RingRoute(Route):
                         token = result.tokens[-1]
                     yield result
             except (WorkerLostError, RequestTimeoutError) as exc:
-                ended = True  # the worker is gone or silent: nothing to stop there
                 if self.recover is None:
                     raise
                 with contextlib.suppress(WorkerLostError, RequestTimeoutError):
                     await self._recover(ring, exc)
-            finally:
-                self.dispatcher.forget(request_id)
-                if not ended:
-                    await self._stop_worker_decode(link, run.stream_id)
-
-    async def _stop_worker_decode(self, link: WorkerLink, stream_id: int) -> None:
-        """End a DECODE the caller no longer reads, so the stream's cache has one writer."""
-        with contextlib.suppress(WorkerLostError, RequestTimeoutError, RemoteError):
-            await link.call(Message(Op.STOP_DECODE), stream_id=stream_id)
 
     # -- stream lifecycle ---------------------------------------------------------------------
 
