@@ -9,6 +9,9 @@
 ; fleetgui.__version__ (packaging\bundle_config.py). Override with /DAppVersion=1.2.3, and the
 ; bundle folder with /DDistDir=C:\path\to\dist.
 ;
+; Or `python packaging/build.py installer` (pinned Inno Setup, under Wine off Windows), which
+; with --check also installs and uninstalls the result under Wine and checks what it leaves.
+;
 ; Installs (components):
 ;   app    -> {app}\          the desktop app (fleetgui.exe, windowed) and the command line
 ;                              (fleetgui-cli.exe), Start-menu and desktop shortcuts
@@ -28,14 +31,20 @@
 #ifndef DistDir
   #define DistDir AddBackslash(SourcePath) + "..\..\dist"
 #endif
-#define AppExe DistDir + "\fleetgui\fleetgui.exe"
-#define WorkerExe DistDir + "\fleetgui-worker\fleetgui-worker.exe"
+; The bundles' executables end in .exe: this installer is for the Windows bundles. To prove this
+; script on Linux, packaging/build.py packs the Linux bundles (/DBundleExeSuffix= and the
+; version given): shortcuts, the Run value and the firewall rules still name the .exe files.
+#ifndef BundleExeSuffix
+  #define BundleExeSuffix ".exe"
+#endif
+#define AppExe DistDir + "\fleetgui\fleetgui" + BundleExeSuffix
+#define WorkerExe DistDir + "\fleetgui-worker\fleetgui-worker" + BundleExeSuffix
 
 #if !FileExists(AppExe)
-  #error "dist\fleetgui\fleetgui.exe is missing: build packaging\fleetgui-app.spec first"
+  #error AppExe + " is missing: build packaging\fleetgui-app.spec first"
 #endif
 #if !FileExists(WorkerExe)
-  #error "dist\fleetgui-worker\fleetgui-worker.exe is missing: build packaging\fleetgui-worker.spec first"
+  #error WorkerExe + " is missing: build packaging\fleetgui-worker.spec first"
 #endif
 
 #ifndef AppVersion
@@ -45,8 +54,10 @@
 #if AppVersion == ""
   #error "no ProductVersion in fleetgui.exe: was it built with packaging\fleetgui-app.spec?"
 #endif
-; The numeric form (0.1.0.0) for the setup's own version resource.
-#define AppVersionNumbers GetVersionNumbersString(AppExe)
+#ifndef AppVersionNumbers
+  ; The numeric form (0.1.0.0) for the setup's own version resource.
+  #define AppVersionNumbers GetVersionNumbersString(AppExe)
+#endif
 
 [Setup]
 ; Never change AppId: it is how a new version finds and replaces the installed one.
@@ -159,11 +170,12 @@ begin
   begin
     RemoveUserData := False;
     if not UninstallSilent then
+      { No line may start with #13#10: the preprocessor takes a leading # for its own. }
       RemoveUserData := MsgBox(
-        'Also remove your fleetgui data?' + #13#10 + #13#10 +
+        'Also remove your fleetgui data?' + #13#10#13#10 +
         'This deletes this PC''s fleetgui keys, paired coordinators and workers, settings, ' +
-        'chat history and shard cache (' + ExpandConstant('{localappdata}\fleetgui') + ').' +
-        #13#10 + #13#10 + 'Choose No to keep them for a later installation.',
+        'chat history and shard cache (' + ExpandConstant('{localappdata}\fleetgui') +
+        ').' + #13#10#13#10 + 'Choose No to keep them for a later installation.',
         mbConfirmation, MB_YESNO or MB_DEFBUTTON2) = IDYES;
   end;
   if (CurUninstallStep = usPostUninstall) and RemoveUserData then
