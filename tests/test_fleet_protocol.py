@@ -23,7 +23,6 @@ from fleetgui.fleet.protocol import (
     MAGIC,
     PROTOCOL_VERSION,
     TENSOR_DESCRIPTOR,
-    DType,
     ErrorCode,
     Flags,
     FrameLike,
@@ -38,6 +37,7 @@ from fleetgui.fleet.protocol import (
     error_message,
     raise_if_error,
 )
+from fleetgui.fleet.wire_dtypes import DType
 from fleetgui.runtime.head import SamplingParams, SparseDist
 from fleetgui.runtime.stage import (
     ForwardRequest,

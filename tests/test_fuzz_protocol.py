@@ -26,7 +26,6 @@ from fleetgui.fleet.forward_codec import (  # noqa: E402
 )
 from fleetgui.fleet.keys import KeyPair  # noqa: E402
 from fleetgui.fleet.protocol import (  # noqa: E402
-    _DTYPE_BY_CODE,
     HEADER,
     MAGIC,
     PROTOCOL_VERSION,
@@ -38,6 +37,7 @@ from fleetgui.fleet.protocol import (  # noqa: E402
     decode,
 )
 from fleetgui.fleet.secure_socket import SecureClient  # noqa: E402
+from fleetgui.fleet.wire_dtypes import DTYPE_BY_CODE  # noqa: E402
 
 #: Field names the worker's ops read (agent, hosted_stages, forward_codec, probe_timing), so
 #: generated metas reach the handlers' checks rather than stopping at a missing key.
@@ -114,11 +114,11 @@ def raw_frames(draw: Any) -> list[bytes]:
     dims = st.sampled_from([0, 1, 3, 2**31, 2**62, -1])
     descriptors, bodies = [], []
     for _ in range(n):
-        code = draw(st.sampled_from(sorted(_DTYPE_BY_CODE)) if valid else st.integers(0, 255))
+        code = draw(st.sampled_from(sorted(DTYPE_BY_CODE)) if valid else st.integers(0, 255))
         ndim = draw(st.integers(0, 4) if valid else st.integers(0, 255))
         shape = draw(st.tuples(*[dims if valid else st.integers(-(2**63), 2**63 - 1)] * 4))
         descriptors.append(TENSOR_DESCRIPTOR.pack(code, ndim, *shape))
-        dtype = _DTYPE_BY_CODE.get(code)
+        dtype = DTYPE_BY_CODE.get(code)
         nbytes = math.prod(shape[: min(ndim, 4)]) * (dtype.itemsize if dtype else 1)
         exact = 0 <= nbytes <= 4096 and (valid or draw(st.booleans()))
         bodies.append(bytes(nbytes) if exact else draw(st.binary(max_size=64)))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import enum
 import json
-import logging
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -37,8 +36,7 @@ from typing import Any
 import numpy as np
 
 from fleetgui.errors import FleetguiError
-
-logger = logging.getLogger(__name__)
+from fleetgui.fleet.wire_dtypes import CODE_BY_DTYPE, DTYPE_BY_CODE, NUMPY_DTYPES
 
 MAGIC = b"FLGT"
 PROTOCOL_VERSION = 2  # 2: a tensor may span several frames
@@ -93,28 +91,6 @@ class Flags(enum.IntFlag):
     FINAL = 2  # last message of a sequence (e.g. the last PUT_CHUNK of a file)
 
 
-class DType(enum.IntEnum):
-    """Tensor element types on the wire (always little-endian)."""
-
-    I64 = 1
-    I32 = 2
-    F32 = 3
-    F16 = 4
-    U8 = 5
-    F64 = 6  # SparseDist probabilities may be float64; keeping them exact keeps sampling exact
-
-
-_NUMPY: dict[DType, np.dtype[Any]] = {
-    DType.I64: np.dtype("<i8"),
-    DType.I32: np.dtype("<i4"),
-    DType.F32: np.dtype("<f4"),
-    DType.F16: np.dtype("<f2"),
-    DType.U8: np.dtype("u1"),
-    DType.F64: np.dtype("<f8"),
-}
-_CODES = {dtype.newbyteorder("="): code for code, dtype in _NUMPY.items()}
-# Plain-int lookups for the decoder: enum construction costs microseconds per call.
-_DTYPE_BY_CODE = {int(code): dtype for code, dtype in _NUMPY.items()}
 _OPS = {int(op): op for op in Op}
 _KNOWN_FLAGS = int(Flags.REPLY_WANTED | Flags.FINAL)
 _FLAGS = {value: Flags(value) for value in range(_KNOWN_FLAGS + 1)}
@@ -153,8 +129,7 @@ class ProtocolError(FleetguiError):
 
 
 class RefusedError(ProtocolError):
-    """A request a worker answers with an ERROR as it is: the message is the whole text, and
-    ``meta`` goes into the reply (e.g. which files are missing)."""
+    """A request refused as it stands: the whole text, ``meta`` added to the ERROR reply."""
 
     def __init__(self, code: ErrorCode, message: str, **meta: object) -> None:
         super().__init__(code, message)
@@ -242,12 +217,12 @@ def encode(message: Message, limits: Limits = DEFAULT_LIMITS) -> list[FrameLike]
     data: list[FrameLike] = []
     total = 0
     for i, tensor in enumerate(message.tensors):
-        code = _CODES.get(tensor.dtype) or _CODES.get(tensor.dtype.newbyteorder("="))
+        code = CODE_BY_DTYPE.get(tensor.dtype) or CODE_BY_DTYPE.get(tensor.dtype.newbyteorder("="))
         if code is None:
             raise ProtocolError(ErrorCode.BAD_DTYPE, f"tensor {i}: dtype {tensor.dtype} not sent")
         if tensor.ndim > limits.max_ndim:
             raise ProtocolError(ErrorCode.BAD_SHAPE, f"tensor {i}: {tensor.ndim} dimensions")
-        array = np.asarray(tensor, dtype=_NUMPY[code])
+        array = np.asarray(tensor, dtype=NUMPY_DTYPES[code])
         array = array if array.flags.c_contiguous else array.copy(order="C")  # keeps 0-d
         total += array.nbytes
         if array.nbytes > limits.max_tensor_bytes or total > limits.max_total_bytes:
@@ -340,7 +315,7 @@ def _check_descriptors(
     total = 0
     for i in range(n_tensors):
         code, ndim, *dims = TENSOR_DESCRIPTOR.unpack_from(head, offset + i * 40)
-        dtype = _DTYPE_BY_CODE.get(code)
+        dtype = DTYPE_BY_CODE.get(code)
         if dtype is None:
             raise _fail(ErrorCode.BAD_DTYPE, f"tensor {i}: unknown dtype code {code}")
         if ndim > limits.max_ndim or any(d < 0 for d in dims) or any(dims[ndim:]):
