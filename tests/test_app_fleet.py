@@ -51,6 +51,7 @@ from test_app import (  # noqa: F401
     send_and_wait,
 )
 
+from fleetgui.addresses import parse_address
 from fleetgui.app.core import AppCore
 from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_app import build_fleet_core
@@ -61,7 +62,6 @@ from fleetgui.app.mode import Mode
 from fleetgui.app.plan_preview import export_stages, rows_of
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.coordinator import CoordinatorConfig
-from fleetgui.fleet.discovery import parse_address
 from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink

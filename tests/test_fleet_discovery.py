@@ -18,18 +18,15 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from fleetgui.addresses import parse_address
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet import discovery
 from fleetgui.fleet.discovery import (
     DiscoveryEvent,
-    ManualDiscovery,
-    ManualWorkers,
-    ManualWorkersError,
     ZeroconfAdvertiser,
     ZeroconfBrowser,
     decode_txt,
     encode_txt,
-    parse_address,
 )
 from fleetgui.fleet.info_probe import (
     MAX_REQUEST_BYTES,
@@ -40,6 +37,7 @@ from fleetgui.fleet.info_probe import (
     probe,
     probe_status,
 )
+from fleetgui.fleet.manual_workers import ManualDiscovery, ManualWorkers, ManualWorkersError
 from fleetgui.fleet.protocol import PROTOCOL_VERSION
 from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
 

@@ -3,10 +3,11 @@
 A worker advertises ``_fleetgui._tcp.local.`` with :class:`ZeroconfAdvertiser`; its TXT record
 holds the essentials of its :class:`WorkerInfo` (:func:`encode_txt`), each ``key=value`` within
 DNS's 255-byte limit. A coordinator sees workers through a :class:`Discovery`: a
-:class:`ZeroconfBrowser`, or a :class:`ManualDiscovery` that probes the workers the user added
-(:class:`ManualWorkers`, kept in ``workers.json``). Both keep ``workers`` (by address) and call
-``on_change(event, info)`` on every addition, update and removal. A TXT record is only a hint
-(anyone on the LAN can send one); the coordinator pins the key from the info probe and CURVE.
+:class:`ZeroconfBrowser`, or a :class:`~fleetgui.fleet.manual_workers.ManualDiscovery` that
+probes the workers the user added (kept in ``workers.json``). Both keep ``workers`` (by
+address) and call ``on_change(event, info)`` on every addition, update and removal. A TXT
+record is only a hint (anyone on the LAN can send one); the coordinator pins the key from the
+info probe and CURVE.
 """
 
 from __future__ import annotations
@@ -15,22 +16,17 @@ import abc
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 import ifaddr
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from fleetgui import fsutil, paths
-from fleetgui.addresses import format_address, parse_address
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatus, probe_status
 from fleetgui.fleet.worker_info import WorkerInfo
 
 logger = logging.getLogger(__name__)
@@ -286,126 +282,3 @@ class ZeroconfBrowser(Discovery):
             self._drop(previous)
         self._by_service[name] = info.address
         self._put(info)
-
-
-class ManualWorkersError(FleetguiError):
-    """``workers.json`` cannot be read."""
-
-
-class ManualWorkers:
-    """Workers the user added by address, kept in ``workers.json`` (written atomically)."""
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or paths.config_dir() / "workers.json"
-        self._addresses: list[tuple[str, int]] = []
-        self.load()
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        return list(self._addresses)
-
-    def load(self) -> None:
-        if not self.path.exists():
-            self._addresses = []
-            return
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            entries = data["workers"]
-            loaded = [(str(e["host"]), int(e["port"])) for e in entries]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ManualWorkersError(
-                f"cannot read the worker list {self.path}: {exc}; fix or delete the file"
-            ) from exc
-        self._addresses = list(dict.fromkeys(loaded))
-
-    def save(self) -> None:
-        entries = [{"host": host, "port": port} for host, port in self._addresses]
-        fsutil.atomic_write_text(self.path, json.dumps({"workers": entries}, indent=2) + "\n")
-
-    def add(self, address: str) -> tuple[str, int]:
-        """Add ``host:port`` (no-op if listed) and save."""
-        entry = parse_address(address)
-        if entry not in self._addresses:
-            self._addresses.append(entry)
-            self.save()
-        return entry
-
-    def remove(self, address: str) -> bool:
-        """Forget ``host:port``; True if it was listed."""
-        entry = parse_address(address)
-        if entry not in self._addresses:
-            return False
-        self._addresses.remove(entry)
-        self.save()
-        return True
-
-
-ProbeStatus = Callable[..., Awaitable[WorkerStatus]]
-
-
-class ManualDiscovery(Discovery):
-    """Probes the listed workers every ``interval_s``; ``statuses`` says why one is not seen."""
-
-    def __init__(
-        self,
-        workers: ManualWorkers | Iterable[tuple[str, int]],
-        on_change: OnChange | None = None,
-        *,
-        interval_s: float = 5.0,  # between probe rounds
-        timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,  # per probe
-        probe: ProbeStatus = probe_status,  # injectable for tests
-    ) -> None:
-        super().__init__(on_change)
-        self._source = workers
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s
-        self._probe = probe
-        self.statuses: dict[str, WorkerStatus] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def _targets(self) -> list[tuple[str, int]]:
-        source = self._source
-        return source.addresses if isinstance(source, ManualWorkers) else list(source)
-
-    async def refresh(self) -> dict[str, WorkerStatus]:
-        """Probe every listed worker once, at the same time; update and return ``statuses``."""
-        targets = self._targets()
-        results = await asyncio.gather(
-            *(
-                self._probe(host, port, self.timeout_s, last=self._last(host, port))
-                for host, port in targets
-            )
-        )
-        listed = {format_address(host, port) for host, port in targets}
-        for status in results:
-            self.statuses[status.address] = status
-            if status.seen and status.info is not None:
-                self._put(status.info)
-            else:
-                self._drop(status.address)
-        for address in set(self.statuses) - listed:
-            del self.statuses[address]
-            self._drop(address)
-        return dict(self.statuses)
-
-    def _last(self, host: str, port: int) -> WorkerInfo | None:
-        status = self.statuses.get(format_address(host, port))
-        return status.info if status is not None else None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="manual-discovery")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception:
-                logger.exception("probing the listed workers failed")
-            await asyncio.sleep(self.interval_s)
