@@ -20,10 +20,8 @@ from fleetgui.runtime.head import (
     SparseDist,
     probabilities,
     sample,
-    uniforms_for_round,
-    verify_greedy,
-    verify_sampling,
 )
+from fleetgui.runtime.verification import uniforms_for_round, verify_greedy, verify_sampling
 
 # --------------------------------------------------------------------------------------------
 # SamplingParams

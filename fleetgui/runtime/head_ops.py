@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetgui.runtime.head import probabilities, sample, verify_greedy, verify_sampling
+from fleetgui.runtime.head import probabilities, sample
 from fleetgui.runtime.stage import (
     GreedyHead,
     HeadOp,
@@ -15,6 +15,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.verification import verify_greedy, verify_sampling
 
 
 def _top1(request: Any, last: int, has_top1: bool) -> np.ndarray:

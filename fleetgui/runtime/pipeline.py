@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.head import SamplingParams, uniforms_for_round
+from fleetgui.runtime.head import SamplingParams
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
     MetricsBus,
@@ -43,6 +43,7 @@ from fleetgui.runtime.stage import (
 )
 from fleetgui.runtime.stream_limit import StreamLimit
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer
+from fleetgui.runtime.verification import uniforms_for_round
 
 log = logging.getLogger(__name__)
 
