@@ -36,6 +36,13 @@ from fleetgui.export.model_source import ModelSource, open_model_source
 from fleetgui.export.monolithic import export_monolithic
 from fleetgui.export.quality import ExportQuality
 from fleetgui.export.stage_io import stage_io_names
+from fleetgui.export.stage_reuse import (
+    DONE_SUFFIX,
+    done_marker,
+    previous_stages,
+    reusable_stage,
+    up_to_date,
+)
 from fleetgui.export.tokenizer_export import export_tokenizer
 from fleetgui.fsutil import atomic_write_text, link_or_copy, replace_dir
 from fleetgui.shard import Shard, even_split, parse_layer_ranges
@@ -44,7 +51,6 @@ log = logging.getLogger(__name__)
 
 EXPORTER_VERSION = 1  # bump when a change makes stages exported before incompatible
 _BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "int8": 1.05, "int4": 0.6}
-_DONE_SUFFIX = ".done.json"
 
 
 class ExportError(FleetguiError):
@@ -157,16 +163,6 @@ def _check_disk_space(source: ModelSource, request: ExportRequest, reusable: int
         )
 
 
-def _previous_stages(out_dir: Path) -> dict[str, StageEntry]:
-    """Stages of an existing, complete export in ``out_dir`` by key (to reuse their files)."""
-    if not (out_dir / MANIFEST_NAME).is_file():
-        return {}
-    try:
-        return {stage.key: stage for stage in read_manifest(out_dir).stages if stage.key}
-    except ManifestError:
-        return {}
-
-
 def _report_up_to_date(out: Path, progress: ProgressCallback | None) -> None:
     log.info("export: %s is up to date", out)
     if progress is not None:
@@ -181,57 +177,6 @@ def _checked_out_dir(out: Path) -> Path:
             f"{out} exists and is not a fleetgui export; choose another --out or empty it"
         )
     return out
-
-
-def _up_to_date(
-    out_dir: Path, keys: list[str], source: ModelSource, verify: bool
-) -> Manifest | None:
-    """The existing export in ``out_dir`` if it was built from the same model with exactly these
-    stages and every file it lists is there at its size; else None. (A verified export only
-    counts when verification is asked for again: verify runs before the folder is published.)"""
-    if verify or not (out_dir / MANIFEST_NAME).is_file():
-        return None
-    try:
-        manifest = read_manifest(out_dir)
-    except ManifestError:
-        return None
-    if manifest.model_hash != source.identity_hash or [s.key for s in manifest.stages] != keys:
-        return None
-    if manifest.tokenizer_hash != source.tokenizer_hash:
-        return None  # the tokenizer or chat template changed: rebuild the tokenizer folder
-    files = [f for s in manifest.stages for f in s.files] + list(manifest.tokenizer_files)
-    for entry in files:
-        path = out_dir / entry.path
-        if not path.is_file() or path.stat().st_size != entry.size:
-            return None
-    return manifest
-
-
-def _marker(partial: Path, key: str) -> Path:
-    return partial / f"{key[:24]}{_DONE_SUFFIX}"
-
-
-def _reusable_stage(
-    key: str, index: int, partial: Path, previous: dict[str, StageEntry], out: Path
-) -> StageEntry | None:
-    """A stage built with ``key`` by an earlier run whose files still check out, now in
-    ``partial``; None when it must be built."""
-    marker = _marker(partial, key)
-    if marker.is_file():
-        try:
-            entry = StageEntry.from_dict(json.loads(marker.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError):
-            entry = None
-        if entry is not None and not check_files(partial, entry.files):
-            return replace(entry, index=index)
-    old = previous.get(key)
-    if old is not None and not check_files(out, old.files):
-        for file in old.files:
-            link_or_copy(out / file.path, partial / file.path)
-        entry = replace(old, index=index)
-        atomic_write_text(marker, json.dumps(entry.to_dict()))
-        return entry
-    return None
 
 
 def _build_stage(
@@ -276,7 +221,7 @@ def _build_stage(
         key=key,
         parts=tuple(xml.name for xml in parts) if len(parts) > 1 else (),
     )
-    atomic_write_text(_marker(partial, key), json.dumps(entry.to_dict()))
+    atomic_write_text(done_marker(partial, key), json.dumps(entry.to_dict()))
     return entry
 
 
@@ -335,9 +280,9 @@ def export_model(
     source = open_model_source(request.model_dir)  # also a .gguf file or a hub id
     adapter_for(SimpleNamespace(**source.config))  # unsupported architecture: fail before work
     shards = plan_shards(source, request)
-    previous = _previous_stages(out)
+    previous = previous_stages(out)
     keys = [stage_key(source, shard, request) for shard in shards]
-    current = _up_to_date(out, keys, source, verify is not None)
+    current = up_to_date(out, keys, source, verify is not None)
     if current is not None:
         _report_up_to_date(out, progress)
         return current
@@ -356,13 +301,13 @@ def export_model(
 
     entries: list[StageEntry] = []
     for index, (shard, key) in enumerate(zip(shards, keys, strict=True)):
-        entry = _reusable_stage(key, index, partial, previous, out)
+        entry = reusable_stage(key, index, partial, previous, out)
         if entry is not None:
             report(f"stage {index + 1} ({shard}): unchanged, reused")
         elif request.monolithic:
             report("monolithic model: exporting with optimum-intel")
             entry = export_monolithic(source, partial, request.weights, key)
-            atomic_write_text(_marker(partial, key), json.dumps(entry.to_dict()))
+            atomic_write_text(done_marker(partial, key), json.dumps(entry.to_dict()))
         else:
             entry = _build_stage(
                 source,
@@ -386,7 +331,7 @@ def export_model(
             if p.is_file()
             and p.name not in model_files
             and p.name != MANIFEST_NAME
-            and not p.name.endswith(_DONE_SUFFIX)
+            and not p.name.endswith(DONE_SUFFIX)
         ]
     else:
         tokenizer_files = export_tokenizer(source, partial / TOKENIZER_DIR)
