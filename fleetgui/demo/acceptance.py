@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import LlamaForCausalLM
 
+    from fleetgui.demo.continuations import Continuation
+
 log = logging.getLogger(__name__)
 
 
@@ -137,3 +139,33 @@ def measure_acceptance(
         result.block.get(4, float("nan")),
     )
     return result, sequences
+
+
+def agreement(draft: LlamaForCausalLM, answers: list[Continuation], max_k: int) -> dict[str, Any]:
+    """How often the draft's argmax after each prefix of the target's answers is the target's
+    next token, and the acceptance of greedy speculation in blocks of K
+    (:func:`block_acceptance`): what PP+SD's acceptance rate would be."""
+    import torch
+
+    rows: list[list[bool]] = []
+    with torch.inference_mode():
+        for c in answers:
+            ids = torch.tensor([c.ids[:-1]], dtype=torch.long)
+            predicted = draft(input_ids=ids).logits[0, c.prompt_len - 1 :].argmax(-1).tolist()
+            rows.append([p == t for p, t in zip(predicted, c.generated, strict=True)])
+    tokens = sum(len(r) for r in rows)
+    result: dict[str, Any] = {
+        "prompts": len(rows),
+        "tokens": tokens,
+        "per_token_agreement": round(sum(sum(r) for r in rows) / max(1, tokens), 4),
+        "block_acceptance": {},
+        "tokens_per_target_step": {},
+    }
+    for k in range(1, max_k + 1):
+        accepted = proposed = steps = 0
+        for row in rows:
+            a, p, n = block_acceptance(row, k)
+            accepted, proposed, steps = accepted + a, proposed + p, steps + n
+        result["block_acceptance"][str(k)] = round(accepted / max(1, proposed), 4)
+        result["tokens_per_target_step"][str(k)] = round((accepted + steps) / max(1, steps), 3)
+    return result

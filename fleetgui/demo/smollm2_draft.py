@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetgui.demo.acceptance import block_acceptance
+from fleetgui.demo.acceptance import agreement
 from fleetgui.demo.builder import check_replaceable, staging_dir
 from fleetgui.demo.candidate_distill import (
     CandidateLoss,
@@ -207,36 +207,6 @@ def draft_from_target(target: LlamaForCausalLM, layers: tuple[int, ...]) -> Llam
     draft.model.embed_tokens.weight.requires_grad_(False)
     draft.generation_config = copy.deepcopy(target.generation_config)
     return draft
-
-
-def agreement(draft: LlamaForCausalLM, answers: list[Continuation], max_k: int) -> dict[str, Any]:
-    """How often the draft's argmax after each prefix of the target's answers is the target's
-    next token, and the acceptance of greedy speculation in blocks of K
-    (:mod:`fleetgui.demo.acceptance`): what PP+SD's acceptance rate would be."""
-    import torch
-
-    rows: list[list[bool]] = []
-    with torch.inference_mode():
-        for c in answers:
-            ids = torch.tensor([c.ids[:-1]], dtype=torch.long)
-            predicted = draft(input_ids=ids).logits[0, c.prompt_len - 1 :].argmax(-1).tolist()
-            rows.append([p == t for p, t in zip(predicted, c.generated, strict=True)])
-    tokens = sum(len(r) for r in rows)
-    result: dict[str, Any] = {
-        "prompts": len(rows),
-        "tokens": tokens,
-        "per_token_agreement": round(sum(sum(r) for r in rows) / max(1, tokens), 4),
-        "block_acceptance": {},
-        "tokens_per_target_step": {},
-    }
-    for k in range(1, max_k + 1):
-        accepted = proposed = steps = 0
-        for row in rows:
-            a, p, n = block_acceptance(row, k)
-            accepted, proposed, steps = accepted + a, proposed + p, steps + n
-        result["block_acceptance"][str(k)] = round(accepted / max(1, proposed), 4)
-        result["tokens_per_target_step"][str(k)] = round((accepted + steps) / max(1, steps), 3)
-    return result
 
 
 def _jobs(recipe: DraftRecipe, tokenizer: PreTrainedTokenizerBase) -> dict[str, AnswerJob]:
