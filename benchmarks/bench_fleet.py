@@ -7,9 +7,9 @@ repeats:
 A. loopback: 2 stages (coordinator + 1 worker) single stream vs ``openvino_genai.LLMPipeline``
    on the monolithic export on one core (target >= 0.9); 2 concurrent streams vs 1 (target
    >= 1.85x).
-B. 5 ms added per hop (a user-space delay relay in front of each worker: this kernel has no
-   netem): 3 stages (coordinator + 2 workers), ring vs hub, one stream. The ring needs 3 hops a
-   token, the hub 4.
+B. 5 ms added per hop (a user-space delay relay in front of each worker,
+   ``fleetgui.bench.delay_proxy``: this kernel has no netem): 3 stages (coordinator + 2
+   workers), ring vs hub, one stream. The ring needs 3 hops a token, the hub 4.
 C. ``--demo DIR``: a demo pair (``fleetgui demo-model --size small|medium``): PP+SD+MB with 2
    streams on the 2-stage fleet vs the monolithic target serving one user (genai), with the
    acceptance rate, in two layouts side by side: the demo's own (the coordinator runs the
@@ -57,8 +57,9 @@ from common import (
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
 from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import SpeculationRound, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
@@ -71,7 +72,6 @@ PROMPTS = (
     PROMPT,
     "class LinkedList:\n    def __init__(self):\n        self.head = None\n\n    def append(",
 )
-HERE = Path(__file__).resolve().parent
 
 
 @contextlib.contextmanager
@@ -100,7 +100,8 @@ def delay_relays(workers: list[WorkerProcess], delay_ms: float) -> Iterator[list
             relay = subprocess.Popen(
                 [
                     sys.executable,
-                    str(HERE / "delay_proxy.py"),
+                    "-m",
+                    "fleetgui.bench.delay_proxy",
                     "--listen",
                     f"127.0.0.1:{port}",
                     "--target",

@@ -246,3 +246,41 @@ def test_one_slow_round_at_a_k_does_not_keep_k_away_from_it_for_good() -> None:
     assert auto.choose(streams=1) <= 2
     auto.update(1, 0, DEMO.round_ms(1) - DEMO.verify_ms(1), 2 * DEMO.verify_ms(4))
     assert auto.round_ms(1) == pytest.approx(slow)
+
+
+def _with_network_wait(
+    auto: AutoK, a: float, wait_ms: float, rounds: int, rng: np.random.Generator, *, tell: bool
+) -> list[int]:
+    """Rounds whose verify also waits ``wait_ms`` (give or take 10 ms) on the network, as at
+    100 ms a hop; ``tell``: the pipeline passes the stages' compute apart from that wait."""
+    chosen = []
+    for _ in range(rounds):
+        k = auto.choose(1)
+        chosen.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < a:
+            accepted += 1
+        compute = DEMO.verify_ms(k)
+        waited = compute + wait_ms + float(rng.normal(0.0, 10.0))
+        draft = DEMO.round_ms(k) - compute
+        auto.update(k, accepted, draft, waited, compute_ms=compute if tell else None)
+    return chosen
+
+
+def test_a_slow_network_does_not_hold_k_down() -> None:
+    """Each round waits ~300 ms for the network (3 hops at 100 ms) and computes ~15 ms, so a
+    draft adds ~1 ms to a ~315 ms round. The cost line's floor is a share of the round's work:
+    as a share of its time (the wait too) it priced a draft at ~16 ms and held K below the best."""
+    a, wait = 0.9, 300.0
+
+    def pace(k: int) -> float:
+        return (1 - a ** (k + 1)) / (1 - a) / (wait + DEMO.round_ms(k))
+
+    best = max(range(K_MIN, K_MAX + 1), key=pace)
+    told, untold = [], []
+    for seed in range(10):
+        for tell, paces in ((True, told), (False, untold)):
+            ks = _with_network_wait(AutoK(), a, wait, 60, np.random.default_rng(seed), tell=tell)
+            paces.append(pace(int(np.median(ks[-30:]))) / pace(best))
+    assert float(np.mean(told)) >= 0.97, told
+    assert float(np.mean(untold)) < 0.95, untold  # the floor on the whole round's time

@@ -304,7 +304,10 @@ class Pipeline:
         # a stream's first round also warms its fresh state up, and a probe's draft model
         # catches up on the plain steps' tokens: their times would mark K as dear
         timed = len(stream.ks) > 1 and not probe
-        stream.auto_k.update(k, result.accepted, proposal.ms, verify_ms, timed=timed)
+        compute = sum(result.compute_ms.values()) if result.compute_ms else None
+        stream.auto_k.update(
+            k, result.accepted, proposal.ms, verify_ms, timed=timed, compute_ms=compute
+        )
         self.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
         return result.tokens
 

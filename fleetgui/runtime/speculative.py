@@ -234,6 +234,7 @@ class AutoK:
     probe_after: int = 16  # plain steps while off before a probe round
     match_probe_after: int = 2  # ... or this many when the drafter finds the text predictable
     _round: dict[int, float] = field(default_factory=dict)  # K -> draft + verify ms (EMA)
+    _work: dict[int, float] = field(default_factory=dict)  # K -> draft + verify compute (EMA)
     _timed: dict[int, int] = field(default_factory=dict)  # K -> rounds timed at it
     _verify: dict[int, float] = field(default_factory=dict)  # K -> verify ms (EMA)
     _k: int | None = None  # the K chosen last (while off: the best K when it went off)
@@ -261,6 +262,7 @@ class AutoK:
         return replace(
             self,
             _round=dict(self._round),
+            _work=dict(self._work),
             _timed=dict(self._timed),
             _verify=dict(self._verify),
             _recent=collections.deque(self._recent),
@@ -268,10 +270,19 @@ class AutoK:
         )
 
     def update(
-        self, k: int, accepted: int, draft_ms: float, verify_ms: float, *, timed: bool = True
+        self,
+        k: int,
+        accepted: int,
+        draft_ms: float,
+        verify_ms: float,
+        *,
+        timed: bool = True,
+        compute_ms: float | None = None,
     ) -> None:
         """Record a round; ``timed=False``: its acceptance only (a stream's first round costs
-        more than the rest, ~25 % on the demo pair, and would mark its K as dear)."""
+        more than the rest, ~25 % on the demo pair, and would mark its K as dear).
+        ``compute_ms``: the verify pass's compute on the stages, without the network and the
+        waiting that ``verify_ms`` includes (None: take ``verify_ms``)."""
         s = self.smoothing
         judged = accepted + (1 if accepted < k else 0)
         self.successes = (1 - s) * self.successes + s * accepted
@@ -288,6 +299,9 @@ class AutoK:
         ms = draft_ms + verify_ms
         old = self._round.get(k)
         self._round[k] = ms if old is None else (1 - s) * old + s * ms
+        work = draft_ms + (verify_ms if compute_ms is None else compute_ms)
+        old = self._work.get(k)
+        self._work[k] = work if old is None else (1 - s) * old + s * work
         self._timed[k] = self._timed.get(k, 0) + 1
         old = self._verify.get(k)
         self._verify[k] = verify_ms if old is None else (1 - s) * old + s * verify_ms
@@ -324,10 +338,15 @@ class AutoK:
             ks = np.array([p[0] for p in points], dtype=float)
             ms = np.array([p[1] for p in points], dtype=float)
             slope, intercept = (float(v) for v in np.polyfit(ks, ms, 1))
-            if slope < MIN_SLOPE * float(ms.mean()):
-                # more drafts never make a round cheaper: a slow round at a small K (it waited
-                # behind another stream) tilted the line down, and K=16 looked cheapest
-                slope = MIN_SLOPE * float(ms.mean())
+            # more drafts never make a round cheaper: a slow round at a small K (it waited
+            # behind another stream) tilted the line down, and K=16 looked cheapest. The floor
+            # is a share of the round's work (drafts, the stages' compute), not of its time: a
+            # slow network's wait made the floor many times what a draft really adds
+            floor = MIN_SLOPE * float(
+                np.mean([self._work.get(k, self._round[k]) for k, _ in points])
+            )
+            if slope < floor:
+                slope = floor
                 intercept = float(ms.mean()) - slope * float(ks.mean())
         else:  # one K so far: a draft adds a pass, the verify a position
             ((base_k, base_ms),) = points
