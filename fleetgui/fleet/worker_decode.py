@@ -69,6 +69,9 @@ class WorkerDecodes:
                 if last or following is None:
                     return index + 1
                 token = following
+                # a step computes on the loop's thread and a send may not suspend: yield, so
+                # heartbeats and other streams' requests are served between two steps
+                await asyncio.sleep(0)
             return len(steps.heads)
         finally:
             del self._runs[steps.stream_id]
