@@ -9,9 +9,9 @@ pytest.importorskip("PySide6")
 from fleetgui.app.fleet_deployer import app_progress, ring_order
 from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
 from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.deploy import DeployProgress
 from fleetgui.fleet.info_probe import WorkerStatusReason as Reason
+from fleetgui.fleet.session_config import WorkerEndpoint
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.settings import Settings
 from fleetgui.app.views.library_view import COLUMNS, USABLE_COLUMN
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.fleet.coordinator import CoordinatorConfig
+from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.library import LibraryRoots, ModelEntry
 
 NAME, SOURCE, EXPORT = COLUMNS.index("Name"), COLUMNS.index("Source"), COLUMNS.index("Export")

@@ -23,15 +23,15 @@ from fleetgui.app.plan_preview import export_stages
 from fleetgui.errors import FleetguiError
 
 if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the dashboard
-    from fleetgui.fleet.coordinator import (
+    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.keys import KeyPair
+    from fleetgui.fleet.replicas import ReplicatedPipeline
+    from fleetgui.fleet.session_config import (
         CoordinatorConfig,
         FleetEvent,
-        FleetSession,
         WorkerEndpoint,
         WorkerLinkStatus,
     )
-    from fleetgui.fleet.keys import KeyPair
-    from fleetgui.fleet.replicas import ReplicatedPipeline
 
 log = logging.getLogger(__name__)
 

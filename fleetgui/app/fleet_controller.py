@@ -32,12 +32,12 @@ from fleetgui.app.local_pc import (
 from fleetgui.app.pairing import check_paired, pair_with_code
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.discovery import DiscoveryEvent
 from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason, probe_status
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.fleet.manual_workers import ManualWorkers
+from fleetgui.fleet.session_config import WorkerEndpoint
 from fleetgui.fleet.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 

@@ -46,9 +46,10 @@ from fleetgui.app.plan_preview import (
 )
 from fleetgui.fleet import deploy as fleet_deploy
 from fleetgui.fleet.assignment import Assignment
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.replanner import PlanContext
 from fleetgui.fleet.replicas import ReplicatedPipeline
+from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.planner import Plan, load_model_profile
 from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.pipeline import Pipeline

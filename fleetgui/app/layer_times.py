@@ -15,7 +15,6 @@ from pathlib import Path
 
 from fleetgui.app.deployer import MeasuredDevices, MeasureProgress
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import WorkerEndpoint
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
 from fleetgui.fleet.profiling import (
@@ -25,6 +24,7 @@ from fleetgui.fleet.profiling import (
     profile_here,
     profile_worker,
 )
+from fleetgui.fleet.session_config import WorkerEndpoint
 from fleetgui.planner import DeviceProfile
 from fleetgui.runtime.ov_stage import StageConfig
 

@@ -26,8 +26,9 @@ from fleetgui.bench.report import RunInfo
 from fleetgui.bench.results import Results
 from fleetgui.bench.sweep import Sweep, SweepPlan
 from fleetgui.export.manifest import Manifest, read_manifest
-from fleetgui.fleet.coordinator import CoordinatorConfig, FleetSession, WorkerEndpoint
+from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
+from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.runtime.draft_source import DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig, context_limit_of, load_draft
 from fleetgui.runtime.ov_stage import StageConfig
