@@ -39,9 +39,10 @@ from fleetgui.api.served import ServedModel, fleet_stage_streams
 from fleetgui.api.server import ApiServer, ServerConfig
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.runtime.generation import GenerationOptions, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline, TokenDelta
+from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger("bench_api")
 

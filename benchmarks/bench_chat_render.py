@@ -21,7 +21,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication
 
-from fleetgui.app.conversation import ASSISTANT, USER, Conversation, Message
+from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.views.chat_view import ChatView
 
 CHARS_PER_TOKEN = 4
@@ -64,7 +64,7 @@ def main() -> None:
     conversation = Conversation(title="bench")
     earlier = reply_text(300)
     for i in range(args.earlier):
-        conversation.add(Message(USER if i % 2 == 0 else ASSISTANT, earlier))
+        conversation.add(ChatMessage(USER if i % 2 == 0 else ASSISTANT, earlier))
     chat.show_conversation(conversation, "")
     app.processEvents()
     text = reply_text(args.tokens)

@@ -23,7 +23,8 @@ from common import k_choice, print_figures
 
 from fleetgui.demo.session import DEMO_WEIGHTS
 from fleetgui.demo.spec import SIZES
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
+from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.runtime.pipeline import Pipeline
 
 HELD_OUT = (
     "def fibonacci(n):\n    ",

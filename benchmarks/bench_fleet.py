@@ -60,11 +60,11 @@ from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.runtime.auto_k import K_MAX, AutoK
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import SpeculationRound, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions
-from fleetgui.runtime.speculative import K_MAX, AutoK
 
 VERIFY_PASSES = 16  # bare passes timed per width
 BARE_PROMPT = 40  # tokens of the bare loops' prompt (ids 5, 6, ...: only their count matters)

@@ -61,10 +61,10 @@ from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.planner import DeviceProfile, ModelProfile, Plan, PlanConfig, solve
 from fleetgui.planner.cost import evaluate, stage_memory_bytes
 from fleetgui.planner.model_profile import load_model_profile
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import MetricEvent, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions
 
 log = logging.getLogger("bench_plan_vs_fleet")
 

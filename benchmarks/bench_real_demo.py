@@ -22,7 +22,7 @@ from typing import Any
 from common import paired, print_figures
 
 from fleetgui.runtime.draft_source import draft_label, parse_draft
-from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.generation import GenerationOptions
 
 CHAT = (
     "What is the capital of Italy?",

@@ -41,7 +41,7 @@ from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.replicas import open_copies
 from fleetgui.fleet.ring_route import RouteConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 
 log = logging.getLogger("bench_replicas")
 

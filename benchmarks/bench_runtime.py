@@ -35,10 +35,11 @@ from bench_export import PROMPT, best_genai
 from ceilings import Work, ceiling_tok_s
 from common import bench_llama, decode_throughput, ensure_export, paired, print_figures
 
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import StageTiming, TokensEmitted
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
+from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger("bench_runtime")
 

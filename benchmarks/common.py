@@ -88,7 +88,7 @@ def auto_k_choices() -> dict[str, Callable[[], Any]]:
     """Choices of K besides a number: K auto as the product runs it, and without the brakes it
     applies when several streams generate (no switch margin, the acceptance
     estimate believed up to 0.99: a lone stream's choice), to compare them."""
-    from fleetgui.runtime.speculative import AutoK
+    from fleetgui.runtime.auto_k import AutoK
 
     return {"auto": AutoK, "auto-unbraked": lambda: AutoK(switch_gain=0.0, max_alpha=0.99)}
 
@@ -96,7 +96,7 @@ def auto_k_choices() -> dict[str, Callable[[], Any]]:
 def k_choice(text: str) -> tuple[int | None, Callable[[], Any]]:
     """A ``--k``-style benchmark argument: (fixed K or None, the maker of each stream's K
     chooser): a number, or a name in :func:`auto_k_choices`."""
-    from fleetgui.runtime.speculative import AutoK, check_k
+    from fleetgui.runtime.auto_k import AutoK, check_k
 
     choices = auto_k_choices()
     if text in choices:

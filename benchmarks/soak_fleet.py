@@ -30,9 +30,9 @@ from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions
 
 log = logging.getLogger("soak")
 

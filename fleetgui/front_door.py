@@ -46,8 +46,8 @@ class GenerationConfig:
 
     def options(self) -> Any:
         """The runtime's options for this configuration (checked there)."""
+        from fleetgui.runtime.generation import GenerationOptions
         from fleetgui.runtime.head import SamplingParams
-        from fleetgui.runtime.pipeline import GenerationOptions
 
         try:
             sampling = SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
@@ -115,7 +115,7 @@ class LLMPipeline:
 
     async def agenerate_result(self, prompt: str, config: GenerationConfig | None = None) -> Any:
         """As :meth:`agenerate`, with token ids, counts and timings
-        (:class:`~fleetgui.runtime.pipeline.GenerationResult`)."""
+        (:class:`~fleetgui.runtime.generation.GenerationResult`)."""
         return await self._runtime.complete(prompt, (config or GenerationConfig()).options())
 
     async def astream(
@@ -123,7 +123,7 @@ class LLMPipeline:
     ) -> AsyncIterator[str]:
         """The answer's text as it is generated; leaving the loop early stops the generation
         and frees its state on every PC."""
-        from fleetgui.runtime.pipeline import TokenDelta
+        from fleetgui.runtime.generation import TokenDelta
 
         options = (config or GenerationConfig()).options()
         async with contextlib.aclosing(self._runtime.stream(prompt, options)) as items:

@@ -27,8 +27,8 @@ from fleetgui.app.application import install_asyncgen_finalizer
 from fleetgui.app.chat_session import ChatSession
 from fleetgui.app.conversation import ASSISTANT, USER, SamplingSettings
 from fleetgui.app.core import AppCore, build_core
+from fleetgui.app.deploy.local import LocalDeployer
 from fleetgui.app.history import HistoryStore
-from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
 from fleetgui.app.mode import Mode
 from fleetgui.app.views.main_window import MainWindow
@@ -123,10 +123,10 @@ def app(
 
 def new_chat(window: MainWindow, max_new_tokens: int = 24) -> str:
     window.chat.new_requested.emit()
-    conversation = window.current_conversation
+    conversation = window.chat_presenter.current_conversation
     assert conversation is not None
     window.core.session.set_sampling(conversation, SamplingSettings(max_new_tokens=max_new_tokens))
-    window.select_conversation(conversation)
+    window.chat_presenter.select_conversation(conversation)
     return conversation
 
 
@@ -191,7 +191,7 @@ def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict)
 
 def test_regenerate_replaces_the_reply(qtbot: QtBot, app: Any) -> None:
     core, window, _ = app
-    conversation = window.current_conversation
+    conversation = window.chat_presenter.current_conversation
     before = list(core.session.get(conversation).messages)
     with qtbot.waitSignal(core.session.reply_finished, timeout=TIMEOUT_MS):
         window.chat.regenerate_button.click()
@@ -411,7 +411,7 @@ def heavy_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
     import openvino as ov
 
-    import fleetgui.app.deployment
+    import fleetgui.app.deploy.controller
     import fleetgui.export.exporter
     import fleetgui.export.stage_export
     import fleetgui.runtime.chat_prompt
@@ -438,7 +438,7 @@ def heavy_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     watch(fleetgui.runtime.tokenizer.Tokenizer, "__init__")
     watch(fleetgui.runtime.chat_prompt.ChatPrompter, "__init__")  # probes the tokenizer
     watch(fleetgui.runtime.chat_prompt.ChatPrompter, "fit")  # renders, counts, trims
-    watch(fleetgui.app.deployment, "preview_plan")
+    watch(fleetgui.app.deploy.controller, "preview_plan")
     return calls
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("qasync")
 from PySide6.QtCore import Qt
 from test_app import qloop, qloop_session  # noqa: F401 (fixtures)
 
-from fleetgui.app.conversation import ASSISTANT, USER, Conversation, Message, SamplingSettings
+from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation, SamplingSettings
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.views.fleet_view import COLUMNS
@@ -57,7 +57,7 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
 ) -> None:
     core, window = open_window(qtbot, tmp_path)
     chat = window.chat
-    assert window.current_conversation is None
+    assert window.chat_presenter.current_conversation is None
     assert shown_settings(window) == SamplingSettings()  # not top-p 0.01, max tokens 1, seed 0
     assert chat.seed.text() == "random"
     chat.max_tokens.setValue(100)  # edited with no conversation: the next one's setting
@@ -69,7 +69,7 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     conversations = core.session.conversations()
     assert len(conversations) == 1
     started = conversations[0]
-    assert window.current_conversation == chat.current_id == started.id
+    assert window.chat_presenter.current_conversation == chat.current_id == started.id
     assert [(m.role, m.text) for m in started.messages] == [(USER, "hello there")]
     assert started.title == "hello there"
     assert started.sampling == SamplingSettings(max_new_tokens=100)
@@ -78,21 +78,22 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     assert chat.list.count() == 1
     # deleting it leaves none selected: the row shows what the next conversation will use
     chat.delete_requested.emit(started.id)
-    assert window.current_conversation is None
+    assert window.chat_presenter.current_conversation is None
     assert shown_settings(window) == SamplingSettings(max_new_tokens=100)
     chat.new_requested.emit()
-    assert window.current_conversation is not None
-    assert core.session.get(window.current_conversation).sampling.max_new_tokens == 100
+    shown = window.chat_presenter.current_conversation
+    assert shown is not None
+    assert core.session.get(shown).sampling.max_new_tokens == 100
 
 
 def test_a_replys_leading_indentation_shows_as_saved(qtbot: QtBot, tmp_path: Path) -> None:
     reply = "    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)"
     conversation = Conversation(title="indent")
-    conversation.add(Message(USER, "def fib(n):"))
-    conversation.add(Message(ASSISTANT, reply))
+    conversation.add(ChatMessage(USER, "def fib(n):"))
+    conversation.add(ChatMessage(ASSISTANT, reply))
     HistoryStore(tmp_path / "chats").save(conversation)
     _, window = open_window(qtbot, tmp_path)
-    assert window.current_conversation == conversation.id
+    assert window.chat_presenter.current_conversation == conversation.id
     shown = window.chat.transcript.toPlainText()
     assert reply in shown, shown
     window.chat.show_conversation(conversation, "  streaming, indented")  # a reply in progress

@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtGui import QFontInfo, QTextBlock, QTextDocument, QTextFragment
 
 from fleetgui.app.chat_format import settled_length
-from fleetgui.app.conversation import ASSISTANT, USER, Conversation, Message
+from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.views.chat_view import ChatView
 
 QtBot = Any  # pytest-qt's fixture
@@ -51,7 +51,7 @@ def fixed_pitch(f: QTextFragment) -> bool:
     return QFontInfo(f.charFormat().font()).fixedPitch()
 
 
-def open_chat(qtbot: QtBot, *messages: Message) -> tuple[ChatView, Conversation]:
+def open_chat(qtbot: QtBot, *messages: ChatMessage) -> tuple[ChatView, Conversation]:
     chat = ChatView()
     qtbot.addWidget(chat)
     chat.resize(900, 500)
@@ -73,12 +73,12 @@ def stream(chat: ChatView, conversation: Conversation, text: str, per_tick: int 
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_a_reply_renders_its_code_block_list_and_inline_code(qtbot: QtBot, streamed: bool) -> None:
-    chat, conversation = open_chat(qtbot, Message(USER, "how? `not code` - not a list"))
+    chat, conversation = open_chat(qtbot, ChatMessage(USER, "how? `not code` - not a list"))
     if streamed:
         chat.show_conversation(conversation, "")
         stream(chat, conversation, MARKDOWN, per_tick=5)
     else:  # the finished reply, appended below the message already shown
-        conversation.add(Message(ASSISTANT, MARKDOWN))
+        conversation.add(ChatMessage(ASSISTANT, MARKDOWN))
         chat.show_conversation(conversation, None)
     text = chat.transcript.toPlainText()
     assert "```" not in text and "`clamp`" not in text and "- first" not in text
@@ -98,14 +98,14 @@ def test_a_reply_renders_its_code_block_list_and_inline_code(qtbot: QtBot, strea
 
 def test_a_streamed_plain_reply_keeps_its_leading_indentation(qtbot: QtBot) -> None:
     reply = "    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)"
-    chat, conversation = open_chat(qtbot, Message(USER, "def fib(n):"))
+    chat, conversation = open_chat(qtbot, ChatMessage(USER, "def fib(n):"))
     chat.show_conversation(conversation, "")
     stream(chat, conversation, reply, per_tick=3)
     assert reply in chat.transcript.toPlainText()
 
 
 def test_a_tick_re_renders_only_the_growing_reply(qtbot: QtBot) -> None:
-    earlier = [Message(USER if i % 2 == 0 else ASSISTANT, MARKDOWN) for i in range(20)]
+    earlier = [ChatMessage(USER if i % 2 == 0 else ASSISTANT, MARKDOWN) for i in range(20)]
     chat, conversation = open_chat(qtbot, *earlier)
     for block in blocks(chat.transcript.document()):
         block.setUserState(MARKED)
@@ -138,7 +138,7 @@ def test_settled_length_holds_back_the_block_still_growing() -> None:
 
 
 def test_auto_scroll_follows_the_reply_until_the_user_scrolls_up(qtbot: QtBot) -> None:
-    chat, conversation = open_chat(qtbot, Message(USER, "long, please"))
+    chat, conversation = open_chat(qtbot, ChatMessage(USER, "long, please"))
     chat.show_conversation(conversation, "")
     bar = chat.transcript.verticalScrollBar()
     stream(chat, conversation, "".join(f"Line {i} of a long reply.\n\n" for i in range(80)))
@@ -155,8 +155,8 @@ def test_auto_scroll_follows_the_reply_until_the_user_scrolls_up(qtbot: QtBot) -
 
 
 def test_each_reply_shows_its_model_and_mode_under_it(qtbot: QtBot) -> None:
-    known = Message(ASSISTANT, "Hi.", tokens=3, model="tiny-llama on 2 PCs", mode="PP+SD, K 4")
-    chat, _ = open_chat(qtbot, Message(USER, "hello"), known, Message(ASSISTANT, "Older."))
+    known = ChatMessage(ASSISTANT, "Hi.", tokens=3, model="tiny-llama on 2 PCs", mode="PP+SD, K 4")
+    chat, _ = open_chat(qtbot, ChatMessage(USER, "hello"), known, ChatMessage(ASSISTANT, "Older."))
     text = chat.transcript.toPlainText()
     footer = block_of(chat, "3 tokens")
     assert footer.text().startswith("3 tokens · tiny-llama on 2 PCs · PP+SD, K 4 · Copy")

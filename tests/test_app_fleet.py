@@ -53,10 +53,10 @@ from test_app import (  # noqa: F401
 
 from fleetgui.addresses import parse_address
 from fleetgui.app.core import AppCore
-from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
+from fleetgui.app.deploy.fleet import FleetDeployer
+from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
 from fleetgui.app.mode import Mode
 from fleetgui.app.plan_preview import export_stages, rows_of
@@ -69,8 +69,8 @@ from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.fleet.worker_service import free_port_pair
 from fleetgui.planner import DeviceProfile, Plan
 from fleetgui.planner.fixed_stages import plan_rows
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.loader import load_local_pipeline
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 
 pytestmark = pytest.mark.slow
 

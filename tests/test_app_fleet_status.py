@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from fleetgui.app.fleet_deployer import app_progress, ring_order
+from fleetgui.app.deploy.fleet import app_progress, ring_order
 from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.fleet.deploy import DeployProgress

@@ -26,10 +26,10 @@ from test_app import TIMEOUT_MS, QtBot, new_chat, qloop, qloop_session, send_and
 from test_app_fleet import FAST_LINKS, SlowCoordinator, drive
 
 from fleetgui.app.core import AppCore, build_core
-from fleetgui.app.deployment import ModelKind
+from fleetgui.app.deploy.fleet import FleetDeployer
+from fleetgui.app.deploy.local import LocalDeployer
+from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.fleet_app import build_fleet_core
-from fleetgui.app.fleet_deployer import FleetDeployer
-from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.settings import Settings
 from fleetgui.app.views.library_view import COLUMNS, USABLE_COLUMN
 from fleetgui.app.views.main_window import MainWindow

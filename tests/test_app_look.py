@@ -31,7 +31,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 
 from fleetgui.app import theme
-from fleetgui.app.conversation import ASSISTANT, USER, Conversation, Message
+from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.core import build_core
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.metrics_series import STAGE_MS, SeriesStore
@@ -63,7 +63,7 @@ def open_window(qtbot: QtBot, folder: Path, *turns: tuple[str, str]) -> MainWind
     if turns:
         conversation = Conversation(title="look")
         for role, text in turns:
-            conversation.add(Message(role, text))
+            conversation.add(ChatMessage(role, text))
         HistoryStore(history).save(conversation)
     core = build_core(settings_path=folder / "settings.json", history_dir=history)
     window = MainWindow(core)

@@ -14,14 +14,14 @@ pytest.importorskip("PySide6")
 
 from runtime_support import EXACT, export
 
-from fleetgui.app.deployer import DeployRequest
-from fleetgui.app.local_deployer import LocalDeployer
+from fleetgui.app.deploy.interfaces import DeployRequest
+from fleetgui.app.deploy.local import LocalDeployer
 from fleetgui.app.mode import Mode, ModeSettings
 from fleetgui.app.settings import Settings
 from fleetgui.app.views.mode_panel import ModePanel
 from fleetgui.runtime.draft_source import NGRAM
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.ngram_draft import NgramDraft
-from fleetgui.runtime.pipeline import GenerationOptions
 
 QtBot = Any  # pytest-qt's fixture
 

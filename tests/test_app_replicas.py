@@ -45,7 +45,7 @@ from test_app_fleet import (  # noqa: F401
     status_of,
 )
 
-from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
+from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.mode import Mode
 from fleetgui.app.plan_preview import export_stages
 from fleetgui.fleet.keys import KeyPair
@@ -99,7 +99,7 @@ def tiny_export(tiny_models: Callable[..., Path], root: Path) -> Path:  # noqa: 
 
 
 def copies_of(app: App) -> ReplicatedPipeline:  # noqa: F811
-    copies = app.deployer.copies
+    copies = app.deployer.replicas
     assert copies is not None and app.core.inference.pipeline is copies
     return copies
 

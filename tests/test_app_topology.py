@@ -1,7 +1,8 @@
-"""The fleet as a picture: the model of it (:mod:`fleetgui.app.topology`) on plain data, then the
-real window against a real 2-worker fleet on loopback: every PC is drawn with its layer range,
-the hops with their measured time, the busy stages while a reply generates, and when a worker
-is killed mid-reply the picture marks it lost and shows its layers on the PC that took them."""
+"""The fleet as a picture: the model of it (:mod:`fleetgui.app.topology`, made by
+:mod:`fleetgui.app.topology_tracker`) on plain data, then the real window against a real
+2-worker fleet on loopback: every PC is drawn with its layer range, the hops with their measured
+time, the busy stages while a reply generates, and when a worker is killed mid-reply the picture
+marks it lost and shows its layers on the PC that took them."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ from test_app import TIMEOUT_MS, QtBot, new_chat, qloop, qloop_session, send_and
 from test_app_fleet import FAST_LINKS, drive
 
 from fleetgui.app.core import AppCore
-from fleetgui.app.deployer import DeployRequest
+from fleetgui.app.deploy.fleet import FleetDeployer
+from fleetgui.app.deploy.interfaces import DeployRequest
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.local_pc import coordinator_name
 from fleetgui.app.plan_preview import export_stages
 from fleetgui.app.topology import (
@@ -43,10 +44,9 @@ from fleetgui.app.topology import (
     RingSpec,
     Role,
     Topology,
-    TopologyTracker,
-    hop_shares,
     layers_text,
 )
+from fleetgui.app.topology_tracker import TopologyTracker, hop_shares
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.app.worker_status import WorkerRow, WorkerStatus

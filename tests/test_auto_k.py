@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fleetgui.runtime.speculative import K_MAX, K_MIN, AutoK
+from fleetgui.runtime.auto_k import K_MAX, K_MIN, AutoK
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fleetgui.runtime.speculative import OFF, AutoK
+from fleetgui.runtime.auto_k import OFF, AutoK
 
 
 @dataclass(frozen=True)

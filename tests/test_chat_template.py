@@ -27,7 +27,7 @@ from fleetgui.runtime.chat_template import (
     ChatTemplateError,
     load_chat_template,
 )
-from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.special_tokens import end_of_turn_ids, special_tokens
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions
 
 pytestmark = pytest.mark.slow
 

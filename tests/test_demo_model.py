@@ -348,7 +348,7 @@ def test_pair_exports_and_generates_through_the_pipeline(
     from runtime_support import export, pipeline
 
     from fleetgui.export.manifest import read_manifest
-    from fleetgui.runtime.pipeline import GenerationOptions
+    from fleetgui.runtime.generation import GenerationOptions
 
     target_export = export(demo_pair_tiny / "target", tmp_path / "target-2s", stages=2)
     draft_export = export(demo_pair_tiny / "draft", tmp_path / "draft-1s", stages=1)

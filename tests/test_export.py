@@ -319,9 +319,9 @@ def test_chunked_stages_bound_conversion_and_run_like_whole_ones(
     export memory is bounded by a layer, not a stage; results do not change."""
     import asyncio
 
+    from fleetgui.runtime.generation import GenerationOptions
     from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
     from fleetgui.runtime.ov_stage import StageConfig
-    from fleetgui.runtime.pipeline import GenerationOptions
 
     out = tmp_path / "chunked"
     messages: list[str] = []

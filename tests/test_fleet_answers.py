@@ -42,7 +42,7 @@ from fleetgui.fleet.protocol import Flags, Message, Op, RemoteError, encode
 from fleetgui.fleet.secure_socket import SecureClient
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.fleet.worker_service import free_port_pair
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.stage import ForwardRequest
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 

@@ -21,7 +21,7 @@ from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig, S
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.planner import DeviceProfile, PlanConfig, load_model_profile
 from fleetgui.planner.model_profile import ModelProfile
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 GB = 1_000_000_000

@@ -16,9 +16,9 @@ from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, TokenDelta
 
 pytestmark = pytest.mark.slow
 

@@ -40,8 +40,9 @@ from fleetgui.fleet.ring_route import RingRoute
 from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline
+from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 

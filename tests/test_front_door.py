@@ -16,8 +16,8 @@ from runtime_support import export
 
 import fleetgui
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import load_local_pipeline
-from fleetgui.runtime.pipeline import GenerationOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):\n    return"

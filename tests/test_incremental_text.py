@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from runtime_support import export, pipeline
 
-from fleetgui.runtime.pipeline import GenerationOptions
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer, tokenizer_dir_of
 
 TEXTS = (

@@ -18,10 +18,11 @@ import pytest
 from runtime_support import EXACT, export, pipeline
 
 from fleetgui.runtime.draft_source import NGRAM, draft_label, parse_draft
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.head import SamplingParams, SparseDist
 from fleetgui.runtime.metrics import MetricEvent, SpeculationRound
 from fleetgui.runtime.ngram_draft import NgramDraft, NgramIndex
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, Pipeline
+from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.verification import verify_sampling
 
 GREEDY = SamplingParams()

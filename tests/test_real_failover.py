@@ -14,7 +14,7 @@ from fleet_support import coordinator_identity, running_workers
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 
 pytestmark = pytest.mark.slow
 

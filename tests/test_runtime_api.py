@@ -15,6 +15,7 @@ import pytest
 from runtime_support import export, perturbed_copy, pipeline
 from scipy.stats import chi2_contingency
 
+from fleetgui.runtime.generation import GenerationError, GenerationOptions
 from fleetgui.runtime.head import SamplingParams
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
@@ -22,7 +23,6 @@ from fleetgui.runtime.metrics import (
     SpeculationRound,
     StageTiming,
 )
-from fleetgui.runtime.pipeline import GenerationError, GenerationOptions
 
 pytestmark = pytest.mark.slow
 

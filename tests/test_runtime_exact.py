@@ -10,8 +10,8 @@ import pytest
 from runtime_support import export, perturbed_copy, pipeline, reference_greedy
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 from fleetgui.runtime.sequence import CompactionPolicy
 
 pytestmark = pytest.mark.slow

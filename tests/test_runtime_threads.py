@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from runtime_support import export, perturbed_copy, pipeline
 
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.ov_stage import LocalStage
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
+from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.route import LocalRoute
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, GreedyHead
 

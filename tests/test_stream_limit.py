@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from runtime_support import export, pipeline
 
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.metrics import TokensEmitted
-from fleetgui.runtime.pipeline import GenerationOptions
 from fleetgui.runtime.stream_limit import StreamLimit
 
 

@@ -130,7 +130,7 @@ def test_the_app_shows_the_quality_beside_the_weight_format(
 ) -> None:
     pytest.importorskip("PySide6")
     from fleetgui.app.core import build_core
-    from fleetgui.app.local_deployer import LocalDeployer
+    from fleetgui.app.deploy.local import LocalDeployer
     from fleetgui.app.plan_preview import PreviewRequest, preview_plan
     from fleetgui.app.views.main_window import MainWindow
     from fleetgui.planner import DeviceProfile, PlanConfig

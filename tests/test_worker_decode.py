@@ -27,8 +27,8 @@ from fleetgui.fleet.protocol import Message, Op, ProtocolError, decode
 from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
 from fleetgui.fleet.ring_route import RingRoute, RouteConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.head import SamplingParams
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult
 from fleetgui.runtime.stage import GreedyHead, SampleHead
 
 PROMPT = "The old lighthouse keeper said"

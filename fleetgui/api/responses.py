@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgui.runtime.pipeline import GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 
 #: The pipeline's finish reasons as OpenAI names them: an end-of-turn token or a stop string
 #: is "stop", the token limit or a full context is "length".

@@ -26,7 +26,7 @@ from fleetgui.api.responses import Answer, finish_reason, model_object
 from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import ClientGoneError, EventStream
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.pipeline import (
+from fleetgui.runtime.generation import (
     GenerationError,
     GenerationOptions,
     GenerationResult,

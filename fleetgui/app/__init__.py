@@ -2,16 +2,19 @@
 
 Core objects (conversations, inference, metrics, the fleet table, settings, deployment) are
 QObjects without widgets that emit signals; the widgets in :mod:`fleetgui.app.views` only render
-them, and the main window wires both together in one ``_connect_signals()``. asyncio runs inside
-Qt's event loop through qasync, so generation, export and deployment never block the GUI thread.
+them, and the main window wires both together (the deployment and chat tabs through their
+presenters, :mod:`fleetgui.app.views.deploy_presenter` and
+:mod:`fleetgui.app.views.chat_presenter`). asyncio runs inside Qt's event loop through qasync, so
+generation, export and deployment never block the GUI thread.
 
-The fleet plugs in through small interfaces exported here: a :class:`Deployer` (deploy an export
+Deployment lives in :mod:`fleetgui.app.deploy`. The fleet plugs in through small interfaces
+exported here (from :mod:`fleetgui.app.deploy.interfaces`): a :class:`Deployer` (deploy an export
 to the fleet and return a ``Pipeline``), a :class:`DeviceSource` (device profiles the planner
 preview uses) and :class:`FleetActions` (add a worker by address, pair one); the fleet code feeds
 worker rows to :class:`fleetgui.app.fleet_model.FleetModel` with ``upsert`` and ``mark_lost``.
 """
 
-from fleetgui.app.deployer import (
+from fleetgui.app.deploy.interfaces import (
     DeployCancelledError,
     Deployer,
     DeployProgress,

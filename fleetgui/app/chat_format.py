@@ -16,7 +16,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from fleetgui.app.conversation import ASSISTANT, Message
+from fleetgui.app.conversation import ASSISTANT, ChatMessage
 from fleetgui.app.theme import MONOSPACE, Colors
 
 COPY_SCHEME = "copy"
@@ -148,7 +148,7 @@ def settled_length(text: str, start: int = 0) -> int:
     return start
 
 
-def message_footer(message: Message) -> str:
+def message_footer(message: ChatMessage) -> str:
     """``"42 tokens, 12.3 tokens/s, first token in 85 ms (stopped)"``."""
     parts = []
     if message.tokens:
@@ -169,24 +169,24 @@ def message_footer(message: Message) -> str:
     return text
 
 
-def message_origin(message: Message) -> str:
+def message_origin(message: ChatMessage) -> str:
     """``"qwen2.5-0.5b on 3 PCs · PP+SD, K auto"``: what wrote a reply, as far as it is known."""
     return " · ".join(part for part in (message.model, message.mode) if part)
 
 
-def message_header(message: Message, colors: Colors) -> str:
+def message_header(message: ChatMessage, colors: Colors) -> str:
     who = "Assistant" if message.role == ASSISTANT else "You"
     color = colors.foreground if message.role == ASSISTANT else colors.user
     return f'<p style="color: {color}; margin: 0;"><b>{who}</b></p>'
 
 
-def message_body(message: Message, colors: Colors) -> str:
+def message_body(message: ChatMessage, colors: Colors) -> str:
     if message.role == ASSISTANT:
         return render_markdown(message.text, colors)
     return render_plain(message.text)
 
 
-def footer_html(message: Message, colors: Colors, streaming: bool, index: int | None) -> str:
+def footer_html(message: ChatMessage, colors: Colors, streaming: bool, index: int | None) -> str:
     """The small muted line under a message: its figures, model and mode, and Copy link."""
     parts = [message_footer(message) if not streaming else "writing…", message_origin(message)]
     footer = html.escape(" · ".join(p for p in parts if p))
@@ -199,7 +199,7 @@ def footer_html(message: Message, colors: Colors, streaming: bool, index: int | 
 
 
 def render_message(
-    message: Message, colors: Colors, streaming: bool = False, index: int | None = None
+    message: ChatMessage, colors: Colors, streaming: bool = False, index: int | None = None
 ) -> str:
     """One message; a finished reply at ``index`` in its conversation gets a Copy link."""
     body = message_body(message, colors) or (

@@ -16,8 +16,8 @@ from PySide6.QtCore import QObject, Signal
 from fleetgui.app.conversation import (
     ASSISTANT,
     USER,
+    ChatMessage,
     Conversation,
-    Message,
     SamplingSettings,
     chat_messages,
     finished_message,
@@ -26,7 +26,7 @@ from fleetgui.app.errors import user_message
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import generation_options
-from fleetgui.runtime.pipeline import GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class ChatSession(QObject):
             return False
         conversation = self.get(conversation_id)
         renamed = conversation.title == "New chat"
-        conversation.add(Message(USER, text.strip()))
+        conversation.add(ChatMessage(USER, text.strip()))
         self.store.save(conversation)
         if renamed:
             self.conversations_changed.emit()
@@ -203,7 +203,7 @@ class ChatSession(QObject):
             draft = finished_message(reply.text, STOPPED, model=reply.model, mode=reply.mode)
             self.store.save(replace(conversation, messages=[*conversation.messages, draft]))
 
-    def _end(self, request: int, message: Message | None, reason: str, error: str = "") -> None:
+    def _end(self, request: int, message: ChatMessage | None, reason: str, error: str = "") -> None:
         reply = self._replies.pop(request, None)
         if reply is None:
             return

@@ -55,7 +55,7 @@ class SamplingSettings:
 
 
 @dataclass(frozen=True)
-class Message:
+class ChatMessage:
     """One turn. An assistant message carries how its generation ended and its figures."""
 
     role: str  # "user" or "assistant"
@@ -69,7 +69,7 @@ class Message:
     mode: str = ""  # assistant: the decoding mode ("PP+SD, K auto")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Message:
+    def from_dict(cls, data: dict[str, Any]) -> ChatMessage:
         role = data.get("role")
         if role not in ROLES or not isinstance(data.get("text"), str):
             raise ConversationFormatError(f"a message has no valid role and text: {data!r:.80}")
@@ -92,12 +92,12 @@ class Conversation:
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     title: str = "New chat"
-    messages: list[Message] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
-    def add(self, message: Message) -> int:
+    def add(self, message: ChatMessage) -> int:
         """Append ``message``; returns its index. The first user message names the chat."""
         self.messages.append(message)
         self.updated = time.time()
@@ -132,19 +132,19 @@ class Conversation:
         return cls(
             id=data["id"],
             title=str(data.get("title", "New chat")),
-            messages=[Message.from_dict(m) for m in messages if isinstance(m, dict)],
+            messages=[ChatMessage.from_dict(m) for m in messages if isinstance(m, dict)],
             sampling=SamplingSettings.from_dict(sampling if isinstance(sampling, dict) else {}),
             created=float(data.get("created", 0.0)),
             updated=float(data.get("updated", 0.0)),
         )
 
 
-def finished_message(text: str, reason: str, **figures: Any) -> Message:
+def finished_message(text: str, reason: str, **figures: Any) -> ChatMessage:
     """An assistant message as its generation ended."""
-    return replace(Message(ASSISTANT, text), finish_reason=reason, **figures)
+    return replace(ChatMessage(ASSISTANT, text), finish_reason=reason, **figures)
 
 
-def chat_messages(messages: list[Message]) -> list[dict[str, str]]:
+def chat_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
     """The turns as the chat template takes them (``{"role", "content"}``), empty ones left out
     (a reply stopped before its first token)."""
     return [{"role": m.role, "content": m.text.strip()} for m in messages if m.text.strip()]

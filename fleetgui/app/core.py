@@ -1,4 +1,6 @@
-"""The app's core objects, built once and handed to the main window (and to tests)."""
+"""The app's core objects, built once and handed to the main window (and to tests), and what
+the window asks of several of them at once (a mode, export settings), so that no widget holds
+that logic."""
 
 from __future__ import annotations
 
@@ -10,17 +12,19 @@ from PySide6.QtCore import QObject
 
 from fleetgui.app.api_service import ApiService
 from fleetgui.app.chat_session import ChatSession
-from fleetgui.app.deployer import Deployer, DeviceSource
-from fleetgui.app.deployment import DeploymentController
+from fleetgui.app.deploy.controller import DeploymentController
+from fleetgui.app.deploy.interfaces import Deployer, DeviceSource
+from fleetgui.app.deploy.local import LocalDeployer, LocalDeviceSource
 from fleetgui.app.fleet_actions import FleetActions, NoFleet
+from fleetgui.app.fleet_bench import FleetBench
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
-from fleetgui.app.local_deployer import LocalDeployer, LocalDeviceSource
 from fleetgui.app.local_pc import coordinator_info
 from fleetgui.app.metrics_feed import MetricsFeed
+from fleetgui.app.mode import ModeSettings
 from fleetgui.app.model_library import LibraryService, RootsFor
-from fleetgui.app.settings import Settings
+from fleetgui.app.settings import WEIGHTS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,39 @@ class AppCore:
     fleet_actions: FleetActions
     api: ApiService  # the switch serving the deployed model on the OpenAI-compatible API
     library: LibraryService  # the models found on this PC
+    bench: FleetBench  # the dashboard's "Benchmark this fleet"
+
+    def set_mode(self, mode: ModeSettings) -> str:
+        """Decode in ``mode`` from now on (and at the next start); returns what the user must
+        still do for it ("" when nothing)."""
+        self.settings.set_mode(mode)
+        self.inference.set_mode(mode)
+        inference = self.inference
+        if mode.mode.speculative and inference.pipeline is not None and not inference.has_draft:
+            return (
+                f"{mode.mode.label} needs a draft: choose a draft model or n-gram under "
+                "Mode and press Deploy again"
+            )
+        return ""
+
+    def set_export_weights(self, weights: str) -> None:
+        """Export with ``weights`` from now on (ignored unless it is one of ``WEIGHTS``)."""
+        if weights in WEIGHTS:
+            self.deployment.export_weights = weights
+            self.settings.update(export_weights=weights)
+
+    def export(self, weights: str, stages: int) -> bool:
+        """Export the chosen HuggingFace model with these settings, which are kept."""
+        deployment = self.deployment
+        deployment.export_weights, deployment.export_stages = weights, stages
+        self.settings.update(export_weights=weights, export_stages=stages)
+        return deployment.export()
+
+    def name_stream(self, request: int, stream: int) -> None:
+        """A chat reply's stream is charted under its conversation's title."""
+        conversation = self.session.conversation_of(request)
+        if conversation is not None:
+            self.feed.name_stream(stream, conversation, self.session.get(conversation).title)
 
 
 def build_core(
@@ -69,6 +106,7 @@ def build_core(
     deployment.objective = values.objective
     api = ApiService(inference, parent=parent)
     library = LibraryService(settings, library_roots, parent)
+    bench = FleetBench(inference, deployment, api, parent=parent)
     return AppCore(
         settings,
         inference,
@@ -79,4 +117,5 @@ def build_core(
         fleet_actions or NoFleet(),
         api,
         library,
+        bench,
     )

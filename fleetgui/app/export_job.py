@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from fleetgui.app.deployer import DeployCancelledError
+from fleetgui.app.deploy.interfaces import DeployCancelledError
 from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.export.manifest import Manifest
 
@@ -76,3 +76,14 @@ def default_export_dir(
         cuts = [layers.split(",")[0].split(":")[0]] + [r.split(":")[1] for r in layers.split(",")]
         folder += "-" + "-".join(cuts)
     return root / folder
+
+
+def export_request(
+    model_dir: Path, weights: str, root: Path, *, stages: int, layers: str | None = None
+) -> ExportRequest:
+    """An export of ``model_dir`` into its :func:`default_export_dir`: in ``stages`` even
+    stages, or with exact ``layers`` (one stage per range)."""
+    out = default_export_dir(model_dir, weights, stages, root, layers=layers)
+    return ExportRequest(
+        model_dir, out, stages=None if layers else stages, layers=layers, weights=weights
+    )

@@ -9,10 +9,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject
 
 from fleetgui.app.core import AppCore, build_core
-from fleetgui.app.deployer import DeviceSource, MeasuredDevices, MeasureProgress
+from fleetgui.app.deploy.fleet import FleetDeployer
+from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_actions import FleetActions
 from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
-from fleetgui.app.fleet_deployer import FleetDeployer
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.layer_times import measure_devices
 from fleetgui.app.model_library import RootsFor

@@ -1,9 +1,10 @@
 """``FleetController``: the fleet behind the fleet view, without widgets.
 
 It owns discovery (workers advertised on the LAN through zeroconf, and workers the user added by
-address, kept in ``workers.json``), probes every known worker periodically, pins each worker's
-key on first use, checks that the worker trusts this coordinator (pairing), and writes status and
-reason into the :class:`~fleetgui.app.fleet_model.FleetModel`. While a deployment runs, the
+address, kept in ``workers.json``), probes every known worker periodically
+(:meth:`~fleetgui.app.watched_worker.WatchedWorker.probe`: pins each worker's key on first use,
+checks that the worker trusts this coordinator, i.e. pairing), and writes status and reason into
+the :class:`~fleetgui.app.fleet_model.FleetModel`. While a deployment runs, the
 ``FleetSession``'s events (loading, running, lost, rejoined) arrive through
 :meth:`on_session_event` and take precedence over the probe's "online". Everything runs as
 asyncio tasks in Qt's loop (qasync); nothing here blocks the GUI thread.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +25,15 @@ from fleetgui.addresses import format_address, parse_address, zmq_endpoint
 from fleetgui.app import fleet_status
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.fleet_status import SessionState
-from fleetgui.app.local_pc import (
-    ESTIMATED_DISK_BYTES_PER_S,
-    ESTIMATED_MS_PER_LAYER,
-    coordinator_profile,
-)
-from fleetgui.app.pairing import check_paired, pair_with_code
+from fleetgui.app.local_pc import coordinator_profile
+from fleetgui.app.pairing import pair_with_code
+from fleetgui.app.watched_worker import WatchedWorker
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.discovery import DiscoveryEvent
-from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason, probe_status
+from fleetgui.fleet.discovery import Discovery, DiscoveryEvent, OnChange
+from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason
 from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.manual_workers import ManualWorkers
 from fleetgui.fleet.session_config import WorkerEndpoint
 from fleetgui.fleet.worker_info import WorkerInfo
@@ -58,29 +56,20 @@ class FleetControllerConfig:
     timings_file: Path | None = None  # this PC's measured layer times; None: the data folder's
 
 
-@dataclass
-class KnownWorker:
-    """A worker the app knows of, by address."""
+async def browse_lan(on_change: OnChange) -> Discovery | None:
+    """A started browser of the workers advertised on the LAN, or None (and a warning) when
+    the LAN cannot be browsed here."""
+    from fleetgui.fleet.discovery import ZeroconfBrowser
 
-    host: str
-    port: int
-    manual: bool = False  # the user added it (kept in workers.json)
-    info: WorkerInfo | None = None  # its last info record
-    paired: bool | None = None  # trusts this coordinator; None: not checked since last seen
-    hello: dict[str, Any] = field(default_factory=dict)  # its HELLO reply
-    rtt_ms: float = 0.0  # round trip of a HELLO on an established encrypted link
-    was_usable: bool = False  # was online at some point: failing now means lost
-    misses: int = 0  # probes in a row it did not answer
-    row: str | None = None  # the name of its row in the fleet model
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    @property
-    def address(self) -> str:
-        return format_address(self.host, self.port)
-
-    def placeholder(self) -> WorkerInfo:
-        """A row for a worker that never answered: named by its address."""
-        return WorkerInfo(self.address, self.host, self.port, "", "", 0)
+    browser = ZeroconfBrowser(on_change)
+    try:
+        await asyncio.wait_for(browser.start(), 10)
+    except Exception as exc:  # no multicast here: workers can still be added by address
+        log.warning("cannot browse the LAN for workers (%s); add them by address", exc)
+        with contextlib.suppress(Exception):
+            await browser.stop()
+        return None
+    return browser
 
 
 class FleetController(QObject):
@@ -102,10 +91,10 @@ class FleetController(QObject):
         self.known = KnownWorkers(self.config.known_workers_file)
         self.manual = ManualWorkers(self.config.workers_file)
         self.session: Any = None  # the deployed FleetSession (set by the FleetDeployer)
-        self._workers: dict[str, KnownWorker] = {}  # by address, in the order first known
+        self._workers: dict[str, WatchedWorker] = {}  # by address, in the order first known
         self._session_states: dict[str, SessionState] = {}  # by worker name
         self._task: asyncio.Task[None] | None = None
-        self._browser: Any = None
+        self._browser: Discovery | None = None
         self._pending: set[asyncio.Task[Any]] = set()
         for host, port in self.manual.addresses:
             self._worker(host, port).manual = True
@@ -115,21 +104,8 @@ class FleetController(QObject):
     async def start(self) -> None:
         """Start browsing the LAN and probing the known workers."""
         if self.config.zeroconf:
-            await self._start_browser()
+            self._browser = await browse_lan(self._on_discovered)
         self._task = asyncio.get_running_loop().create_task(self._probe_forever(), name="probes")
-
-    async def _start_browser(self) -> None:
-        from fleetgui.fleet.discovery import ZeroconfBrowser
-
-        browser = ZeroconfBrowser(self._on_discovered)
-        try:
-            await asyncio.wait_for(browser.start(), 10)
-        except Exception as exc:  # no multicast here: workers can still be added by address
-            log.warning("cannot browse the LAN for workers (%s); add them by address", exc)
-            with contextlib.suppress(Exception):
-                await browser.stop()
-            return
-        self._browser = browser
 
     async def stop(self) -> None:
         tasks = [t for t in (self._task, *self._pending) if t is not None]
@@ -185,41 +161,22 @@ class FleetController(QObject):
             if isinstance(result, Exception):
                 log.error("probing a worker failed", exc_info=result)
 
-    async def _refresh_one(self, worker: KnownWorker) -> None:
+    async def _refresh_one(self, worker: WatchedWorker) -> None:
         async with worker.lock:
-            status = await probe_status(
-                worker.host, worker.port, self.config.probe_timeout_s, last=worker.info
-            )
-            if not status.seen or status.info is None:
-                worker.paired = None
-                self._show_unseen(worker, status.reason, status.detail)
+            probe = await worker.probe(self.known, self.identity, self.config.probe_timeout_s)
+            info = worker.info
+            if not probe.answered or info is None:
+                self._show_unseen(worker, probe.reason, probe.detail)
                 return
-            worker.misses = 0
-            info = status.info
-            try:
-                self.known.check(info.address, info.name, info.public_key)
-            except WorkerKeyChangedError as exc:
-                worker.info, worker.paired = info, None
-                self._show(worker, info, WorkerStatus.KEY_CHANGED, str(exc))
+            if probe.key_changed:
+                self._show(worker, info, WorkerStatus.KEY_CHANGED, probe.key_changed)
                 return
-            if worker.info is None or worker.info.public_key != info.public_key:
-                worker.paired = None
-            worker.info = info
-            if worker.paired is not True:
-                check = await check_paired(self.identity, info, self.config.probe_timeout_s)
-                worker.paired, worker.hello = check.paired, check.hello
-                if check.rtt_ms is not None:  # not the probe's time: that includes connecting
-                    worker.rtt_ms = check.rtt_ms
-                if check.error:  # the info port answers, the encrypted one does not
-                    worker.paired = None
-                    self._show_unseen(worker, WorkerStatusReason.NOT_ANSWERING, check.error)
-                    return
             state = self._session_states.get(info.name)
             row_status, reason = fleet_status.seen(bool(worker.paired), state)
             self._show(worker, info, row_status, reason)
 
     def _show_unseen(
-        self, worker: KnownWorker, reason: WorkerStatusReason | None, detail: str
+        self, worker: WatchedWorker, reason: WorkerStatusReason | None, detail: str
     ) -> None:
         reason = reason or WorkerStatusReason.NOT_ANSWERING
         info = worker.info or worker.placeholder()
@@ -239,7 +196,7 @@ class FleetController(QObject):
 
     def _show(
         self,
-        worker: KnownWorker,
+        worker: WatchedWorker,
         info: WorkerInfo,
         status: WorkerStatus,
         reason: str,
@@ -269,16 +226,16 @@ class FleetController(QObject):
             and session.worker_status(name).lost is None
         )
 
-    def _usable(self, worker: KnownWorker) -> bool:
+    def _usable(self, worker: WatchedWorker) -> bool:
         row = self.fleet.get(worker.row) if worker.row else None
         return row is not None and row.status.usable and bool(worker.paired)
 
     # -- discovery ----------------------------------------------------------------------------
 
-    def _worker(self, host: str, port: int) -> KnownWorker:
+    def _worker(self, host: str, port: int) -> WatchedWorker:
         address = format_address(host, port)
         if address not in self._workers:
-            self._workers[address] = KnownWorker(host, port)
+            self._workers[address] = WatchedWorker(host, port)
         return self._workers[address]
 
     def _on_discovered(self, event: DiscoveryEvent, info: WorkerInfo) -> None:
@@ -339,21 +296,7 @@ class FleetController(QObject):
                 if session is not None and info.name in session.links
                 else None
             )
-            free = (live.free_ram_bytes if live else None) or int(
-                worker.hello.get("free_ram_bytes") or 0
-            )
-            memory = free or info.free_ram_bytes or info.ram_bytes
-            if memory <= 0:
-                log.info("worker %s did not say how much memory it has; left out", info.name)
-                continue
-            rtt = live.rtt_ms if live is not None and live.rtt_ms is not None else worker.rtt_ms
-            profiles.append(
-                DeviceProfile(
-                    name=info.name,
-                    memory_bytes=memory,
-                    ms_per_layer=ESTIMATED_MS_PER_LAYER,
-                    disk_read_bytes_per_s=ESTIMATED_DISK_BYTES_PER_S,
-                    rtt_ms=rtt,
-                )
-            )
+            profile = worker.profile(live)
+            if profile is not None:
+                profiles.append(profile)
         return profiles

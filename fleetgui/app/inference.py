@@ -5,6 +5,8 @@ Replies are numbered requests; their text arrives as ``delta`` signals and ends 
 of ``finished``, ``stopped`` or ``failed``. Stop is cooperative (the stream ends at the next token,
 where no stage is computing) and turns into a hard cancel if no token comes within
 ``HARD_STOP_S``. At most ``ModeSettings.concurrency`` replies generate at once; others queue.
+``hold`` keeps every new reply in the queue, once the running ones have ended, until
+``release``: the dashboard's benchmark has the pipeline to itself meanwhile.
 
 A chat reply (``submit_chat``) is prompted with the model's own chat template; the conversation
 is rendered, and its oldest turns dropped to fit the context, in a worker thread as the reply
@@ -22,15 +24,15 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from fleetgui.app.deployer import ServedPipeline
+from fleetgui.app.deploy.interfaces import ServedPipeline
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.chat_prompt import ChatPrompter
 from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
+from fleetgui.runtime.generation import GenerationOptions, GenerationResult, TokenDelta
 from fleetgui.runtime.metrics import MetricEvent
-from fleetgui.runtime.pipeline import GenerationOptions, GenerationResult, TokenDelta
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +59,34 @@ class _Request:
 
 
 class _Gate:
-    """A semaphore whose size can change while requests wait."""
+    """A semaphore whose size can change while requests wait, and that can be held shut."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.active = 0
+        self.held = False
         self._changed = asyncio.Condition()
 
     async def acquire(self) -> None:
         async with self._changed:
-            await self._changed.wait_for(lambda: self.active < self.limit)
+            await self._changed.wait_for(lambda: not self.held and self.active < self.limit)
             self.active += 1
+
+    async def hold(self) -> None:
+        """Shut the gate and wait until no request is past it."""
+        async with self._changed:
+            self.held = True
+            try:
+                await self._changed.wait_for(lambda: self.active == 0)
+            except BaseException:  # cancelled while waiting: open again
+                self.held = False
+                self._changed.notify_all()
+                raise
+
+    async def open(self) -> None:
+        async with self._changed:
+            self.held = False
+            self._changed.notify_all()
 
     async def release(self) -> None:
         async with self._changed:
@@ -145,6 +164,25 @@ class InferenceService(QObject):
             return options
         stops = tuple(dict.fromkeys((*options.stop_strings, *self._prompter.stop_strings)))
         return replace(options, stop_strings=stops)
+
+    @property
+    def held(self) -> bool:
+        """New replies wait in the queue (see :meth:`hold`)."""
+        return self._gate is not None and self._gate.held
+
+    async def hold(self) -> None:
+        """Keep new replies in the queue and wait for the running ones to end: the pipeline
+        is the caller's alone until :meth:`release`."""
+        if self._gate is None:
+            self._gate = _Gate(self._mode.concurrency)
+        await self._gate.hold()
+        log.info("replies held back")
+
+    async def release(self) -> None:
+        """Let the held-back replies start again."""
+        if self._gate is not None and self._gate.held:
+            await self._gate.open()
+            log.info("replies no longer held back")
 
     def set_mode(self, mode: ModeSettings) -> None:
         self._mode = mode

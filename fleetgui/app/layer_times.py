@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgui.app.deployer import MeasuredDevices, MeasureProgress
+from fleetgui.app.deploy.interfaces import MeasuredDevices, MeasureProgress
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink

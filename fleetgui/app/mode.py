@@ -7,9 +7,9 @@ import enum
 from dataclasses import dataclass, replace
 
 from fleetgui.app.conversation import SamplingSettings
+from fleetgui.runtime.auto_k import check_k
 from fleetgui.runtime.draft_source import DraftSource
-from fleetgui.runtime.pipeline import GenerationOptions
-from fleetgui.runtime.speculative import check_k
+from fleetgui.runtime.generation import GenerationOptions
 
 MAX_STREAMS = 16
 

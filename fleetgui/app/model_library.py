@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
-from fleetgui.app.deployment import DeploymentController
+from fleetgui.app.deploy.controller import DeploymentController
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.settings import Settings

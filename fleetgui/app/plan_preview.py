@@ -103,6 +103,25 @@ def preview_layout(request: PreviewRequest) -> Layout | None:
         return None
 
 
+def plan_holds(
+    plan: Plan, layout: Layout | None, devices: Sequence[str], *, objective: str, streams: int
+) -> bool:
+    """Whether ``plan`` (and the replicas of ``layout``, previewed with it) still fits the PCs
+    usable now (``devices``, this PC first): the same objective and streams, and every PC it
+    uses still usable (this PC still first). Deploy plans again when it does not."""
+    replicas = layout.devices if layout is not None else ()
+    holds = (
+        plan.objective == objective
+        and plan.streams == streams
+        and bool(devices)
+        and plan.devices[0] == devices[0]
+        and set(plan.devices) | set(replicas) <= set(devices)
+    )
+    if not holds:
+        log.info("the previewed plan no longer holds; planning again")
+    return holds
+
+
 Groups = tuple[tuple[str, ...], ...]  # workers per replica, each group in its ring order
 
 

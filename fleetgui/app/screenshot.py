@@ -76,11 +76,11 @@ async def _chat(core: AppCore, window: MainWindow, request: ScreenshotRequest) -
         conversation = session.new_conversation()
         sampling = session.get(conversation).sampling
         session.set_sampling(conversation, replace(sampling, max_new_tokens=request.max_new_tokens))
-        window.select_conversation(conversation)
+        window.chat_presenter.select_conversation(conversation)
         session.send(conversation, prompt)
         await _until(lambda c=conversation: not session.is_busy(c), "the chat reply")  # type: ignore[misc]
-    window.select_conversation(session.conversations()[0].id)
-    window._refresh_conversations()
+    window.chat_presenter.select_conversation(session.conversations()[0].id)
+    window.chat_presenter.refresh_conversations()
 
 
 async def _render(window: MainWindow, tab: QWidget, path: Path) -> None:

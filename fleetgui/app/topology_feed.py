@@ -20,7 +20,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.local_pc import coordinator_name
-from fleetgui.app.topology import FleetLayout, LinkFacts, RingSpec, Topology, TopologyTracker
+from fleetgui.app.topology import FleetLayout, LinkFacts, RingSpec, Topology
+from fleetgui.app.topology_tracker import TopologyTracker
 from fleetgui.fleet.assignment import MEMORY_OVERHEAD
 from fleetgui.runtime.metrics import MetricEvent
 
@@ -103,10 +104,10 @@ class DeploymentLayout:
         session = getattr(self.deployer, "session", None)
         if session is not None:
             return sessions_layout([session], self._deployment_of(session), here)
-        copies = getattr(self.deployer, "copies", None)
-        if copies is not None:
-            sessions = [r.session for r in copies.replicas]
-            return sessions_layout(sessions, self._deployment_of(copies), here)
+        replicas = getattr(self.deployer, "replicas", None)
+        if replicas is not None:
+            sessions = [r.session for r in replicas.replicas]
+            return sessions_layout(sessions, self._deployment_of(replicas), here)
         pipeline = self.pipeline()
         if pipeline is not None:
             return local_layout(pipeline, self._deployment_of(pipeline), here)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
     MetricEvent,
@@ -28,7 +29,7 @@ from fleetgui.runtime.metrics import (
     TokensEmitted,
     TransferTiming,
 )
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
+from fleetgui.runtime.pipeline import Pipeline
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def delays(text: str) -> tuple[float, ...]:
 
 def ks(text: str) -> tuple[int | None, ...]:
     """``--ks``: Ks to compare, numbers and ``auto``, e.g. ``1,3,5,7,10,auto``."""
-    from fleetgui.runtime.speculative import K_MAX, K_MIN
+    from fleetgui.runtime.auto_k import K_MAX, K_MIN
 
     values: list[int | None] = []
     for part in (p.strip().lower() for p in text.split(",")):

@@ -6,6 +6,10 @@ each delay every configuration, in an order rotated by one each repeat. All of t
 fleet session: only the delay under it changes, the drafter and K are swapped on the same
 pipeline, and the hub comparison re-forms the same workers into a hub for its run. Each run of
 K auto starts from a fresh chooser, as a new user's first reply does.
+
+The app's dashboard runs the same sweep on the deployment it serves: no session when it runs on
+this PC alone (nothing to re-form, no hop to time), no delay to set (its network as it is), and
+it may stop the run between two configurations (:meth:`Sweep.request_stop`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from fleetgui.bench.prompts import pick
 from fleetgui.bench.results import Results
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.protocol import Message, Op
-from fleetgui.runtime.pipeline import GenerationOptions, Pipeline
-from fleetgui.runtime.speculative import AutoK, Drafter
+from fleetgui.runtime.auto_k import AutoK
+from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.speculative import Drafter
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,7 @@ class SweepPlan:
     prompts: list[str]  # requests, rendered as the model wants them
     length_prompts: dict[int, str]  # TTFT's prompts, by their length in tokens
     stop_strings: tuple[str, ...] = ()
+    where: str = ""  # how progress names the network ("" : the delay, "25 ms a hop")
 
     def steps(self) -> int:
         per_repeat = sum(c.runs_at(d) for c in self.configurations for d in self.delays)
@@ -72,10 +79,10 @@ class Sweep:
         self,
         plan: SweepPlan,
         *,
-        session: FleetSession,
+        session: FleetSession | None,
         pipeline: Pipeline,
         drafters: dict[str, Drafter],
-        set_delay: Callable[[float], None],
+        set_delay: Callable[[float], None] | None,
         baseline: Baseline | None,
         progress: Progress,
     ) -> None:
@@ -86,6 +93,11 @@ class Sweep:
         self.set_delay = set_delay
         self.baseline = baseline
         self.progress = progress
+        self.stopping = False
+
+    def request_stop(self) -> None:
+        """End :meth:`run` after the configuration under way; what ran is kept."""
+        self.stopping = True
 
     async def warm_up(self) -> None:
         """One short generation per drafter and one without: the first passes of a fresh
@@ -105,10 +117,15 @@ class Sweep:
                 if not configuration.per_delay:
                     await self._one(results, configuration, 0.0, repeat)
             for delay in delay_order(plan.delays, repeat):
-                await asyncio.to_thread(self.set_delay, delay)
+                if self.stopping:
+                    return results
+                if self.set_delay is not None:
+                    await asyncio.to_thread(self.set_delay, delay)
                 here = [c for c in plan.configurations if c.runs_at(delay)]
                 for configuration in rotated(here, repeat):
                     await self._one(results, configuration, delay, repeat)
+                if self.stopping:
+                    return results
                 hop = await self._hop_ms()
                 if hop is not None:
                     results.hop_ms.setdefault(delay, []).append(hop)
@@ -117,7 +134,11 @@ class Sweep:
     async def _one(
         self, results: Results, configuration: Configuration, delay: float, repeat: int
     ) -> None:
-        where = f"{delay:g} ms a hop" if configuration.per_delay else "this PC, no network"
+        if self.stopping:
+            return
+        where = self.plan.where or f"{delay:g} ms a hop"
+        if not configuration.per_delay:
+            where = "this PC, no network"
         self.progress.step(
             f"{where}, repeat {repeat + 1}/{self.plan.repeats}: {configuration.label}"
         )
@@ -162,7 +183,7 @@ class Sweep:
     @contextlib.asynccontextmanager
     async def _topology(self, topology: str) -> AsyncIterator[None]:
         """The session's workers formed into ``topology`` for a run, and back after."""
-        before = self.session.config.topology
+        before = "ring" if self.session is None else self.session.config.topology
         if topology == before:
             yield
             return
@@ -174,7 +195,7 @@ class Sweep:
 
     async def _form(self, topology: str) -> None:
         session = self.session
-        if session.assignment is None:
+        if session is None or session.assignment is None:
             raise RuntimeError("nothing deployed")
         session.config = replace(session.config, topology=topology)
         await session.rebalance(session.assignment)
@@ -182,8 +203,12 @@ class Sweep:
     async def _hop_ms(self) -> float | None:
         """Half a heartbeat's round trip to each worker, idle (median over a few and over the
         workers): the hop's delay as the coordinator sees it, its messaging included."""
+        if self.session is None:
+            return None
         times = []
         for link in self.session.links.values():
+            if link.lost:  # a lost worker answers no heartbeat
+                continue
             for _ in range(HEARTBEATS):
                 started = time.perf_counter()
                 await link.call(Message(Op.HEARTBEAT))

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def k_value(text: str) -> int | None:
     """``--k``: ``auto`` (None) or a number of draft tokens; checked as the flags are parsed, so
     a bad value fails in one line before any model is fetched or built."""
-    from fleetgui.runtime.speculative import K_MAX, K_MIN
+    from fleetgui.runtime.auto_k import K_MAX, K_MIN
 
     if text.strip().lower() == "auto":
         return None
@@ -120,7 +120,7 @@ def gui_arguments(
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from fleetgui.runtime.pipeline import GenerationOptions
+    from fleetgui.runtime.generation import GenerationOptions
 
     return GenerationOptions(
         max_new_tokens=args.max_new_tokens, speculative=args.mode != "pp", k=args.k

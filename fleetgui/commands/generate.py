@@ -71,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from fleetgui.runtime.generation import GenerationOptions
     from fleetgui.runtime.head import SamplingParams
-    from fleetgui.runtime.pipeline import GenerationOptions
 
     if args.k == "auto":
         k = None

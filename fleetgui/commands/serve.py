@@ -84,7 +84,7 @@ def _k(text: str) -> int | None:
         k = int(text)
     except ValueError:
         raise FleetguiError(f"--k must be a number from 1 to 16 or 'auto', not {text!r}") from None
-    from fleetgui.runtime.speculative import check_k
+    from fleetgui.runtime.auto_k import check_k
 
     try:
         check_k(k)

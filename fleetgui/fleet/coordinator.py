@@ -1,60 +1,54 @@
 """The coordinator's side of a fleet: connect workers, deploy an export, build the ring, fail over.
 
-``FleetSession`` owns one link per worker, the stages the coordinator runs itself and the current
-:class:`~fleetgui.fleet.ring_route.Ring`. ``pipeline()`` gives a ``Pipeline`` over the fleet. When
-a ring member is lost, :meth:`FleetSession.recover` (called by the route) moves its stages (see
-:mod:`assignment`), deploys and loads what changed, and sets up a new ring epoch; lost workers are
-retried in the background and rejoin as spares when they answer again.
+``FleetSession`` is what callers hold; it wires together the parts that do the work:
 
-With :meth:`FleetSession.replan_with` (a deployment made from a plan) the session also re-plans
-while it runs: when a device's measured stage speed drifts, or after a failover, it asks a
-:class:`~fleetgui.fleet.replanner.LiveReplanner` for a better placement and moves the stages
-(:meth:`FleetSession.rebalance`) between requests.
+* :mod:`~fleetgui.fleet.session_workers`: one link per worker; lost workers are retried in the
+  background and rejoin as spares when they answer again.
+* :mod:`~fleetgui.fleet.session_deployment`: the deployed export, the layout of its stages
+  (:mod:`~fleetgui.fleet.assignment`), the stages the coordinator runs itself and the current
+  :class:`~fleetgui.fleet.ring_route.Ring`.
+* :mod:`~fleetgui.fleet.session_failover`: when a ring member is lost, :meth:`FleetSession.recover`
+  (called by the route) moves its stages, loads what changed and sets up a new ring epoch.
+* :mod:`~fleetgui.fleet.session_replanning`: with :meth:`FleetSession.replan_with` (a deployment
+  made from a plan) the session also re-plans while it runs: when a device's measured stage
+  speed drifts, or after a failover, a :class:`~fleetgui.fleet.replanner.LiveReplanner` may
+  propose a better placement, which :meth:`FleetSession.rebalance` moves to between requests.
+* :mod:`~fleetgui.fleet.session_status`: the events and status the session reports per worker.
+
+``pipeline()`` gives a ``Pipeline`` over the fleet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import openvino as ov
-import psutil
 
 from fleetgui.errors import FleetguiError
-from fleetgui.export.manifest import Manifest, read_manifest
-from fleetgui.fleet.assignment import (
-    Assignment,
-    Member,
-    StageUnit,
-    UnplacedStagesError,
-    failover_all,
-    initial_assignment,
-)
-from fleetgui.fleet.deploy import ProgressCallback, load_stages
-from fleetgui.fleet.fleet_too_small import FleetTooSmallError, fleet_too_small
+from fleetgui.export.manifest import Manifest
+from fleetgui.fleet.assignment import Assignment
+from fleetgui.fleet.deploy import ProgressCallback
 from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Message, Op
+from fleetgui.fleet.link import Dispatcher, WorkerLink
 from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig
 from fleetgui.fleet.ring_route import Ring, RingRoute
-from fleetgui.fleet.ring_setup import CoordinatorStages, link_members
 from fleetgui.fleet.session_config import (
     CoordinatorConfig,
     FleetEvent,
     WorkerEndpoint,
     WorkerLinkStatus,
 )
+from fleetgui.fleet.session_deployment import SessionDeployment
+from fleetgui.fleet.session_failover import SessionFailover
 from fleetgui.fleet.session_replanning import SessionReplanning
+from fleetgui.fleet.session_status import StatusReporter
+from fleetgui.fleet.session_workers import SessionWorkers
 from fleetgui.runtime.draft_source import DraftSource
-from fleetgui.runtime.loader import pipeline_over, safe_stage_config
+from fleetgui.runtime.loader import pipeline_over
 from fleetgui.runtime.metrics import MetricsBus, TransferTiming
 from fleetgui.runtime.pipeline import Pipeline
-
-log = logging.getLogger(__name__)
 
 
 class FleetSession:
@@ -73,106 +67,65 @@ class FleetSession:
         self.metrics = metrics or MetricsBus()
         self.on_event = on_event
         self.dispatcher = Dispatcher()
-        self.links: dict[str, WorkerLink] = {}
-        self.order: list[str] = []  # workers in the order they were given: the ring's order
-        self.endpoints: dict[str, WorkerEndpoint] = {}
-        self.export_dir: Path | None = None
-        self.manifest: Manifest | None = None
-        self.assignment: Assignment | None = None  # the layout the ring runs (every stage once)
-        self._dropped: set[str] = set()  # lost since: what they had loaded is not trusted
-        self.ring: Ring | None = None
         self.route: RingRoute | None = None
         self._core = ov.Core()
-        self._local = CoordinatorStages(self._core)
-        self._epoch = time.time_ns() // 1_000_000 % 2**40  # distinct from earlier sessions'
-        self._rejoin: dict[str, asyncio.Task[None]] = {}
-        self.failovers: list[str] = []
+        self.reporter = StatusReporter(self)
+        self.workers = SessionWorkers(self)
+        self.deployment = SessionDeployment(self, self._core)
+        self.failover = SessionFailover(self)
         self.replanning: SessionReplanning | None = None
-        self.rebalances = 0
 
-    # -- workers ------------------------------------------------------------------------------
+    # -- what the parts hold, as callers read it ----------------------------------------------
 
-    def _event(self, name: str, status: str, reason: str = "") -> None:
-        if self.on_event is not None:
-            self.on_event(name, status, reason)
+    @property
+    def links(self) -> dict[str, WorkerLink]:
+        return self.workers.links
+
+    @property
+    def order(self) -> list[str]:
+        """Workers in the order they were given: the ring's order."""
+        return self.workers.order
+
+    @property
+    def endpoints(self) -> dict[str, WorkerEndpoint]:
+        return self.workers.endpoints
+
+    @property
+    def export_dir(self) -> Path | None:
+        return self.deployment.export_dir
+
+    @property
+    def manifest(self) -> Manifest | None:
+        return self.deployment.manifest
+
+    @property
+    def assignment(self) -> Assignment | None:
+        """The layout the ring runs (every stage once)."""
+        return self.deployment.assignment
+
+    @property
+    def ring(self) -> Ring | None:
+        return self.deployment.ring
+
+    @property
+    def failovers(self) -> list[str]:
+        """Every worker whose stages were moved by a failover, once per loss."""
+        return self.failover.failovers
+
+    @property
+    def rebalances(self) -> int:
+        """How many times the session moved to another layout (:meth:`rebalance`)."""
+        return self.deployment.rebalances
+
+    # -- workers and deployment ---------------------------------------------------------------
 
     async def connect(self, endpoints: Sequence[WorkerEndpoint]) -> None:
         """Open a link to each worker (in parallel); raise naming any that cannot be reached."""
-        self.order.extend(e.name for e in endpoints if e.name not in self.order)
-        results = await asyncio.gather(*(self._open(e) for e in endpoints), return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            await self.close()
-            raise failures[0]
+        await self.workers.connect(endpoints)
 
-    async def _open(self, endpoint: WorkerEndpoint) -> WorkerLink:
-        link = self._new_link(endpoint)
-        try:
-            await link.open()
-        except BaseException:
-            await link.close()
-            raise
-        self.links[endpoint.name] = link
-        self.endpoints[endpoint.name] = endpoint
-        self._event(endpoint.name, "online")
-        return link
-
-    def _new_link(self, endpoint: WorkerEndpoint) -> WorkerLink:
-        return WorkerLink(
-            endpoint.name,
-            endpoint.endpoint,
-            endpoint.public_key,
-            self.identity,
-            self.dispatcher,
-            config=self.config.link,
-            on_lost=self._on_lost,
-        )
-
-    def _on_lost(self, link: WorkerLink, reason: str) -> None:
-        self._event(link.name, "lost", reason)
-        in_ring = self.ring is not None and link in self.ring.members
-        if in_ring:
-            self.dispatcher.fail(WorkerLostError(link.name, reason), owner=Dispatcher.RING)
-        if link.name not in self._rejoin:
-            task = asyncio.get_running_loop().create_task(self._retry(link.name))
-            self._rejoin[link.name] = task
-
-    async def _retry(self, name: str) -> None:
-        """Try a lost worker again until it answers; then it is a spare."""
-        try:
-            while True:
-                await asyncio.sleep(self.config.rejoin_interval_s)
-                old = self.links.get(name)
-                if old is not None and not old.lost:
-                    return
-                try:
-                    link = self._new_link(self.endpoints[name])
-                    await link.open()
-                except (FleetguiError, OSError) as exc:
-                    log.debug("worker %s still away: %s", name, exc)
-                    with contextlib.suppress(Exception):
-                        await link.close()
-                    continue
-                if old is not None:
-                    await old.close()
-                self.links[name] = link
-                if self.assignment is not None:
-                    self.assignment = self.assignment.with_spare(name)
-                log.warning("worker %s is back; it rejoins as a spare", name)
-                self._event(name, "online", "rejoined")
-                return
-        finally:
-            self._rejoin.pop(name, None)
-
-    # -- deployment ---------------------------------------------------------------------------
-
-    def _units(self) -> list[StageUnit]:
-        if self.manifest is None:
-            raise FleetguiError("no export deployed")
-        return [
-            StageUnit(s.index, s.start_layer, s.end_layer, sum(f.size for f in s.files))
-            for s in self.manifest.stages
-        ]
+    def usable_workers(self) -> list[str]:
+        """Connected workers not lost, in the ring's order."""
+        return self.workers.usable()
 
     async def deploy(
         self,
@@ -185,116 +138,13 @@ class FleetSession:
         """Assign the export's stages (coordinator first, then ``order`` or the connected
         workers), push and load them, and set up the ring. An explicit ``assignment`` (e.g. from
         the planner's preview) is deployed as given instead."""
-        self.export_dir = Path(export_dir)
-        self.manifest = read_manifest(self.export_dir)
-        if self.manifest.layout != "stages":
-            raise FleetguiError(
-                f"{export_dir} is a monolithic export; export the model in stages to run it on "
-                "a fleet (fleetgui export MODEL --stages N)"
-            )
-        if assignment is None:
-            names = list(order or [n for n in self.order if n in self.links])
-            assignment = initial_assignment(
-                self._units(), names, local_stages=self.config.local_stages
-            )
-        await self._apply(assignment, progress)
-        return assignment
-
-    async def _apply(self, assignment: Assignment, progress: ProgressCallback | None) -> None:
-        if self.export_dir is None or self.manifest is None:
-            raise FleetguiError("no export deployed")
-        assignment.check(len(self.manifest.stages), self.links, self.export_dir)
-        previous = self.assignment
-        await asyncio.gather(
-            *(self._load_member(member, previous, progress) for member in assignment.members)
-        )
-        config = safe_stage_config(self.config.local.stage, self.manifest.weight_format)
-        await self._local.load(self.export_dir, self.manifest, assignment.local, config)
-        self.assignment = assignment
-        self.ring = await self._setup_ring(assignment)
-        if self.route is not None:
-            self.route.ring = self.ring
-        if self.replanner is not None:
-            self.replanner.deployed(assignment)
-
-    async def _load_member(
-        self, member: Member, previous: Assignment | None, progress: ProgressCallback | None
-    ) -> None:
-        loaded = previous is not None and previous.indices_of(member.name) == member.indices
-        if loaded and member.name not in self._dropped:
-            return  # already loaded there
-        self._dropped.discard(member.name)
-        assert self.export_dir is not None and self.manifest is not None
-        self._event(member.name, "loading", f"stages {list(member.indices)}")
-        await load_stages(
-            self.links[member.name],
-            self.export_dir,
-            self.manifest,
-            member.indices,
-            progress,
-            threads=self.config.worker_threads,
-            precision=self.config.worker_precision,
-        )
-        self._event(member.name, "busy", f"stages {list(member.indices)}")
-
-    async def _setup_ring(self, assignment: Assignment) -> Ring:
-        self._epoch += 1
-        members = [self.links[m.name] for m in assignment.members]
-        await link_members(members, self._epoch, hub=self.config.topology == "hub")
-        log.info(
-            "ring epoch %d: coordinator stages %s, then %s",
-            self._epoch,
-            list(assignment.local),
-            ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members) or "nothing",
-        )
-        n_stages = len(self.manifest.stages) if self.manifest is not None else 0
-        local = self._local.stages()
-        return Ring(self._epoch, local, tuple(members), self.config.topology, n_stages)
-
-    # -- failover -----------------------------------------------------------------------------
+        return await self.deployment.deploy(export_dir, order, assignment, progress)
 
     async def recover(self, exc: Exception) -> Ring:
         """Move the stages of every lost ring member and set up a new ring epoch; raise
-        :class:`FleetTooSmallError` when what is left cannot run them all."""
-        if self.assignment is None:
-            raise FleetguiError("nothing deployed") from exc
-        lost = [m.name for m in self.assignment.members if self.links[m.name].lost]
-        if not lost and isinstance(exc, WorkerLostError) and exc.worker in self.links:
-            lost = [exc.worker] if self.links[exc.worker].lost else []
-        # self.assignment stays the last layout that ran (complete) until a new one runs, so a
-        # retry after a second loss starts from it; whoever dropped out reloads if used again,
-        # also when nobody could take its stages and it is back (restarted, nothing loaded)
-        self._dropped.update(lost)
-        assignment = self._fail_over(self.assignment, lost)
-        await self._apply(assignment, None)
-        self.failovers.extend(lost)  # once the new layout runs: a failed attempt is retried
-        if self.ring is None:
-            raise FleetguiError("the ring could not be rebuilt")
-        if self.replanning is not None and lost:
-            self.replanning.after_loss(lost)
-        return self.ring
-
-    def _fail_over(self, assignment: Assignment, lost: Sequence[str]) -> Assignment:
-        """``assignment`` without the ``lost`` workers, their stages moved to whoever has the
-        memory (this PC too, if local failover is on)."""
-        free = {
-            n: int(link.last_status.get("free_ram_bytes", 0))
-            for n, link in self.links.items()
-            if not link.lost
-        }
-        here = int(psutil.virtual_memory().available) if self.config.local_failover else 0
-        try:
-            return failover_all(assignment, self._units(), lost, free, coordinator_free_bytes=here)
-        except UnplacedStagesError as exc:
-            raise self._too_small(lost, exc) from exc
-
-    def _too_small(self, lost: Sequence[str], exc: UnplacedStagesError) -> FleetTooSmallError:
-        """The error when what is left cannot run ``exc.stages``, naming every worker lost by
-        now, not only ``lost`` (stages moved on earlier may have been lost with their new
-        host)."""
-        gone = [n for n in self.order if n in self.links and self.links[n].lost] or list(lost)
-        left = [n for n in self.order if n in self.links and not self.links[n].lost]
-        return fleet_too_small(self._units(), gone, left, exc, self.config.local_failover)
+        :class:`~fleetgui.fleet.fleet_too_small.FleetTooSmallError` when what is left cannot
+        run them all."""
+        return await self.failover.recover(exc)
 
     # -- re-planning --------------------------------------------------------------------------
 
@@ -308,38 +158,10 @@ class FleetSession:
     def replanner(self) -> LiveReplanner | None:
         return self.replanning.replanner if self.replanning is not None else None
 
-    def usable_workers(self) -> list[str]:
-        """Connected workers not lost, in the ring's order."""
-        return [name for name in self.order if name in self.links and not self.links[name].lost]
-
     async def rebalance(self, assignment: Assignment) -> None:
         """Move to ``assignment`` between requests: load what changed, set up a new ring
         epoch (streams replay their tokens into it) and free the workers that left the ring."""
-        if self.assignment is None:
-            raise FleetguiError("nothing deployed")
-        n_stages = len(self.manifest.stages) if self.manifest else 0
-        assignment.check(n_stages, self.links, self.export_dir)
-        before = {m.name for m in self.assignment.members}
-
-        async def build() -> Ring:
-            await self._apply(assignment, None)
-            assert self.ring is not None
-            return self.ring
-
-        if self.route is not None:
-            await self.route.switch(build)
-        else:
-            await build()
-        self.rebalances += 1
-        for name in before - {m.name for m in assignment.members}:
-            link = self.links.get(name)
-            if link is None or link.lost:
-                continue
-            try:
-                await link.call(Message(Op.UNLOAD))
-            except FleetguiError as exc:
-                log.warning("worker %s did not unload: %s", name, exc)
-            self._event(name, "online", "spare after re-planning")
+        await self.deployment.rebalance(assignment)
 
     # -- the pipeline -------------------------------------------------------------------------
 
@@ -375,25 +197,13 @@ class FleetSession:
 
     def worker_status(self, name: str) -> WorkerLinkStatus:
         """What the coordinator knows of a connected worker right now."""
-        stages = self.assignment.indices_of(name) if self.assignment else ()
-        return WorkerLinkStatus.of(self.links[name], stages)
+        return self.reporter.worker(name)
 
     async def close(self, *, unload: bool = False, timeout_s: float = 5.0) -> None:
         """Close every link. Workers keep running; with ``unload`` they first drop the stages
         this session loaded (else they keep them, and a later deployment reuses them)."""
-        for task in list(self._rejoin.values()):
-            task.cancel()
+        self.workers.stop_retrying()
         if self.replanning is not None:
             self.replanning.close()
             self.replanning = None
-        if unload:
-            for link in self.links.values():
-                if link.lost:
-                    continue
-                try:
-                    await link.call(Message(Op.UNLOAD), timeout_s=timeout_s)
-                except FleetguiError as exc:
-                    log.warning("worker %s did not unload: %s", link.name, exc)
-        for link in list(self.links.values()):
-            await link.close()
-        self.links.clear()
+        await self.workers.close(unload=unload, timeout_s=timeout_s)

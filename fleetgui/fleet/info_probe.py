@@ -99,8 +99,8 @@ class WorkerProbeError(FleetguiError):
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerStatus:
-    """A known worker as the coordinator sees it: its last record, and why it is not usable."""
+class ProbeResult:
+    """What probing a known worker found: its last record, and why it is not usable."""
 
     address: str  # host:port of the encrypted protocol
     info: WorkerInfo | None = None  # the last record it answered with, if any
@@ -345,11 +345,11 @@ async def probe_status(
     *,
     last: WorkerInfo | None = None,
     context: zmq.asyncio.Context | None = None,
-) -> WorkerStatus:
-    """:func:`probe` as a :class:`WorkerStatus` (never raises a probe failure); ``last`` is the
+) -> ProbeResult:
+    """:func:`probe` as a :class:`ProbeResult` (never raises a probe failure); ``last`` is the
     record to keep showing when the worker is not seen."""
     address = format_address(host, port)
     try:
-        return WorkerStatus(address, await probe(host, port, timeout_s, context=context))
+        return ProbeResult(address, await probe(host, port, timeout_s, context=context))
     except WorkerProbeError as exc:
-        return WorkerStatus(address, last, exc.reason, exc.detail)
+        return ProbeResult(address, last, exc.reason, exc.detail)

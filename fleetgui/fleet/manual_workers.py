@@ -14,7 +14,7 @@ from fleetgui import fsutil, paths
 from fleetgui.addresses import format_address, parse_address
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.discovery import Discovery, OnChange
-from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatus, probe_status
+from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, ProbeResult, probe_status
 from fleetgui.fleet.worker_info import WorkerInfo
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class ManualWorkers:
         return True
 
 
-ProbeStatus = Callable[..., Awaitable[WorkerStatus]]
+Prober = Callable[..., Awaitable[ProbeResult]]  # probe_status, or a stand-in
 
 
 class ManualDiscovery(Discovery):
@@ -85,21 +85,21 @@ class ManualDiscovery(Discovery):
         *,
         interval_s: float = 5.0,  # between probe rounds
         timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,  # per probe
-        probe: ProbeStatus = probe_status,  # injectable for tests
+        probe: Prober = probe_status,  # injectable for tests
     ) -> None:
         super().__init__(on_change)
         self._source = workers
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._probe = probe
-        self.statuses: dict[str, WorkerStatus] = {}
+        self.statuses: dict[str, ProbeResult] = {}
         self._task: asyncio.Task[None] | None = None
 
     def _targets(self) -> list[tuple[str, int]]:
         source = self._source
         return source.addresses if isinstance(source, ManualWorkers) else list(source)
 
-    async def refresh(self) -> dict[str, WorkerStatus]:
+    async def refresh(self) -> dict[str, ProbeResult]:
         """Probe every listed worker once, at the same time; update and return ``statuses``."""
         targets = self._targets()
         results = await asyncio.gather(

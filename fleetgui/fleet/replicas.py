@@ -27,15 +27,15 @@ from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.runtime.draft_source import DraftSource
-from fleetgui.runtime.metrics import MetricsBus
-from fleetgui.runtime.pipeline import (
+from fleetgui.runtime.generation import (
     GenerationError,
     GenerationOptions,
     GenerationResult,
-    Pipeline,
     TokenDelta,
     final_result,
 )
+from fleetgui.runtime.metrics import MetricsBus
+from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.speculative import Drafter
 from fleetgui.runtime.stream_limit import StreamLimit
 from fleetgui.runtime.tokenizer import Tokenizer

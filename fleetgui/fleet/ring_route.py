@@ -2,7 +2,9 @@
 
 In a ring the coordinator sends one FORWARD to the first worker, each worker passes its
 activations to the next, and the last one sends the head's RESULT back: N hops per request. In a
-hub every worker answers the coordinator, which sends the activations on: 2(N-1) hops.
+hub every worker answers the coordinator, which sends the activations on: 2(N-1) hops. One such
+pass is :func:`~fleetgui.fleet.ring_pass.run_pass`; moving to another ring waits for the
+requests in flight (:mod:`~fleetgui.fleet.route_admission`).
 
 Failover: the route keeps each stream's passes since its last reset (token ids, rewind,
 compaction). When a worker is lost, the waiting requests fail; the first of them asks
@@ -25,21 +27,18 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
 from fleetgui.fleet.decode_client import decode_on_worker
-from fleetgui.fleet.forward_codec import (
-    MAX_DECODE_STEPS,
-    DecodeSteps,
-    encode_forward,
-    result_from_message,
-)
+from fleetgui.fleet.forward_codec import MAX_DECODE_STEPS, DecodeSteps
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Message, Op, raise_if_error
+from fleetgui.fleet.protocol import Message, Op
+from fleetgui.fleet.ring_pass import run_pass
+from fleetgui.fleet.route_admission import Admission
 from fleetgui.fleet.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
 from fleetgui.runtime.stage import (
@@ -124,12 +123,7 @@ class RingRoute(Route):
         self._recovering = asyncio.Lock()
         self.recoveries = 0
         self.decode_segments = 0  # DECODEs sent to a worker holding the whole model
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._admitting = asyncio.Event()
-        self._admitting.set()
-        self._switching = asyncio.Lock()
+        self._admission = Admission()
 
     @property
     def n_stages(self) -> int:
@@ -137,32 +131,14 @@ class RingRoute(Route):
 
     # -- running ------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _admitted(self) -> AsyncIterator[None]:
-        while not self._admitting.is_set():
-            await self._admitting.wait()
-        self._in_flight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-
     async def switch(self, build: Callable[[], Awaitable[Ring]]) -> Ring:
         """Move to the ring ``build`` sets up, once no request is in flight (see module doc)."""
-        async with self._switching:
-            self._admitting.clear()
-            try:
-                await self._idle.wait()
-                self.ring = await build()
-            finally:
-                self._admitting.set()
+        async with self._admission.exclusive():
+            self.ring = await build()
         return self.ring
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
-        async with self._admitted():
+        async with self._admission.admitted():
             return await self._run(request)
 
     async def _run(self, request: ForwardRequest) -> ForwardResult:
@@ -173,7 +149,7 @@ class RingRoute(Route):
                 if record.epoch != ring.epoch:
                     await self._replay(ring, request.stream_id, record.passes)
                     record.epoch = ring.epoch
-                result = await self._run_once(ring, request)
+                result = await self._run_pass(ring, request)
             except (WorkerLostError, RequestTimeoutError) as exc:
                 if self.recover is None or attempt == self.config.max_recoveries:
                     raise
@@ -205,7 +181,7 @@ class RingRoute(Route):
             await stage.reset(stream_id)
         started = time.perf_counter()
         for request in passes:
-            await self._run_once(ring, request)
+            await self._run_pass(ring, request)
         log.info(
             "stream %d: replayed %d passes into epoch %d in %.2f s",
             stream_id,
@@ -214,59 +190,10 @@ class RingRoute(Route):
             time.perf_counter() - started,
         )
 
-    async def _run_once(self, ring: Ring, request: ForwardRequest) -> ForwardResult:
-        compute: dict[int, float] = {}
-        current = request
-        result = ForwardResult(request.stream_id)
-        if ring.local_route is not None:
-            local = ring.local_route
-            sent = replace(request, head=None) if ring.members else request
-            if len(ring.local) == 1 and ring.members:  # one stage before the workers
-                result = await local.run_inline_if_short(sent, self.config.inline_ms)
-            else:
-                result = await local.run(sent)
-            if not ring.members:
-                return result
-            compute.update(result.compute_ms)
-            if result.payload is None:
-                raise RuntimeError("the coordinator's stages returned no hidden states")
-            current = replace(request, payload=result.payload)
-        if ring.members:
-            targets = [ring.members[0]] if ring.topology == "ring" else list(ring.members)
-            for position, link in enumerate(targets):
-                last = position == len(targets) - 1
-                sent = current if last else replace(current, head=None)
-                result = await self._remote(ring, link, sent, compute)
-                compute.update(result.compute_ms)
-                if not last:
-                    if result.payload is None:
-                        raise RuntimeError(f"worker {link.name} returned no hidden states")
-                    current = replace(request, payload=result.payload)
-        result.compute_ms = compute
-        return result
-
-    async def _remote(
-        self, ring: Ring, link: WorkerLink, request: ForwardRequest, compute: dict[int, float]
-    ) -> ForwardResult:
-        request_id, future = self.dispatcher.new()
-        meta = {"epoch": ring.epoch, "compute_ms": {str(k): v for k, v in compute.items()}}
-        started = time.perf_counter()
-        try:
-            await link.send(encode_forward(request, request_id=request_id, extra_meta=meta))
-            async with asyncio.timeout(self.config.forward_timeout_s):
-                message = await future
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no result from the ring within {self.config.forward_timeout_s:g} s"
-            ) from None
-        finally:
-            self.dispatcher.forget(request_id)
-        result = result_from_message(raise_if_error(message, f"the ring (epoch {ring.epoch})"))
-        if self.on_hop is not None:
-            elapsed = (time.perf_counter() - started) * 1000
-            remote = sum(ms for stage, ms in result.compute_ms.items() if stage not in compute)
-            self.on_hop(request.stream_id, max(0.0, elapsed - remote), request.payload.nbytes)
-        return result
+    async def _run_pass(self, ring: Ring, request: ForwardRequest) -> ForwardResult:
+        return await run_pass(
+            ring, request, dispatcher=self.dispatcher, config=self.config, on_hop=self.on_hop
+        )
 
     # -- decode runs --------------------------------------------------------------------------
 
@@ -327,7 +254,7 @@ class RingRoute(Route):
         results = decode_on_worker(
             link, self.dispatcher, steps, epoch=ring.epoch, timeout_s=timeout
         )
-        async with self._admitted(), contextlib.aclosing(results):
+        async with self._admission.admitted(), contextlib.aclosing(results):
             since = time.perf_counter()
             try:
                 async for result in results:

@@ -1,1 +1,2 @@
-"""Widgets: they render the core objects' state and emit what the user asked for; no logic."""
+"""Widgets: they render the core objects' state and emit what the user asked for; no logic. The
+presenters (``*_presenter.py``) are not widgets: they only wire a tab's widgets to the core."""

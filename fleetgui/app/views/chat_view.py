@@ -67,10 +67,14 @@ class ChatView(QWidget):
         self.format_note = QLabel()  # how the model is prompted, when the user should know
         self.format_note.setWordWrap(True)
         self.format_note.hide()
+        self.hold_note = QLabel()  # why replies wait (the dashboard's benchmark runs)
+        self.hold_note.setWordWrap(True)
+        self.hold_note.hide()
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.format_note)
+        right_layout.addWidget(self.hold_note)
         right_layout.addWidget(self.transcript, 1)
         right_layout.addLayout(self._build_sampling())
         right_layout.addLayout(self._build_input())
@@ -265,6 +269,11 @@ class ChatView(QWidget):
         """Show ``note`` above the chat (e.g. that the model has no chat template); '' hides it."""
         self.format_note.setText(note)
         self.format_note.setVisible(bool(note))
+
+    def set_hold_note(self, note: str) -> None:
+        """Say why replies wait ('' hides it)."""
+        self.hold_note.setText(note)
+        self.hold_note.setVisible(bool(note))
 
     def set_busy(self, busy: bool) -> None:
         self.stop_button.setEnabled(busy)

@@ -1,4 +1,5 @@
-"""Live charts of the pipeline's metrics (pyqtgraph), with pause and PNG/CSV export."""
+"""Live charts of the pipeline's metrics (pyqtgraph), with pause and PNG/CSV export, and below
+them the "Benchmark this fleet" panel (:mod:`fleetgui.app.views.bench_panel`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
 from fleetgui.app.metrics_series import CHARTS, ChartSpec, SeriesStore
 from fleetgui.app.theme import colors
 from fleetgui.app.views.api_panel import ApiPanel
+from fleetgui.app.views.bench_panel import BenchPanel
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,19 @@ class DashboardView(QWidget):
             bar.addWidget(widget)
         bar.addWidget(self.info, 1)
         self.api = ApiPanel()  # the OpenAI-compatible API's switch, URL, key and requests/s
+        self.bench = BenchPanel()  # its results share the height with the charts
+        charts = QWidget()
+        charts.setLayout(grid)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.addWidget(charts)
+        self.split.addWidget(self.bench)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 2)
         layout = QVBoxLayout(self)
         layout.addWidget(self.api)
         layout.addLayout(bar)
         layout.addWidget(self.replicas)
-        layout.addLayout(grid, 1)
+        layout.addWidget(self.split, 1)
         self.apply_theme()
 
     def apply_theme(self) -> None:

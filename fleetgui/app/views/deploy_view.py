@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.deployer import DeployProgress
+from fleetgui.app.deploy.interfaces import DeployProgress
 from fleetgui.app.settings import WEIGHTS
 from fleetgui.app.views.library_view import LibraryView
 from fleetgui.app.views.mode_panel import ModePanel

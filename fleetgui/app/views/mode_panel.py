@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
+from fleetgui.runtime.auto_k import K_MAX, K_MIN
 from fleetgui.runtime.draft_source import NGRAM, NGRAM_LABEL, DraftSource
-from fleetgui.runtime.speculative import K_MAX, K_MIN
 
 log = logging.getLogger(__name__)
 

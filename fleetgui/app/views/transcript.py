@@ -17,7 +17,7 @@ from fleetgui.app.chat_format import (
     render_message,
     settled_length,
 )
-from fleetgui.app.conversation import ASSISTANT, Message
+from fleetgui.app.conversation import ASSISTANT, ChatMessage
 from fleetgui.app.theme import Colors
 
 BOTTOM_SLACK_PX = 4  # this close to the end still counts as "at the bottom"
@@ -33,7 +33,7 @@ class Transcript(QTextBrowser):
         self.setMinimumHeight(80)
         self._key: object = None  # the conversation shown
         self._colors: Colors | None = None
-        self._shown: list[Message] = []  # finished messages in the document, in order
+        self._shown: list[ChatMessage] = []  # finished messages in the document, in order
         self._finished_end = 0  # document position after them
         self._reply: str | None = None  # the streaming reply's text so far
         self._settled = 0  # characters of the reply rendered for good
@@ -42,7 +42,7 @@ class Transcript(QTextBrowser):
     # -- what the view shows ------------------------------------------------------------------
 
     def show_messages(
-        self, key: object, messages: list[Message], reply: str | None, colors: Colors
+        self, key: object, messages: list[ChatMessage], reply: str | None, colors: Colors
     ) -> None:
         """Show conversation ``key``: ``messages`` and the ``reply`` in progress. Messages
         already shown for the same conversation (and colours) are kept, not rendered again."""
@@ -60,7 +60,7 @@ class Transcript(QTextBrowser):
         self._finished_end = self._end()
         self._reply, self._settled = None, 0
         if reply is not None:
-            self._append(message_header(Message(ASSISTANT, ""), colors))
+            self._append(message_header(ChatMessage(ASSISTANT, ""), colors))
             self._tail_start = self._end()
             self._render_reply(reply)
         if follow:
@@ -88,7 +88,7 @@ class Transcript(QTextBrowser):
         tail = render_markdown(reply[self._settled :], self._colors)
         if not reply.strip():
             tail = f'<p style="color: {muted};">…</p>'
-        footer = footer_html(Message(ASSISTANT, reply), self._colors, True, None)
+        footer = footer_html(ChatMessage(ASSISTANT, reply), self._colors, True, None)
         self._append(tail + footer)
 
     # -- document editing ---------------------------------------------------------------------

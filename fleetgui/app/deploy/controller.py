@@ -1,8 +1,9 @@
 """``DeploymentController``: choose a model, export it, preview the plan, deploy, cancel.
 
-One job at a time (export, plan or deploy) runs as an asyncio task; its heavy work runs in
-executors. ``cancel`` stops the job at every step, and a cancelled job leaves nothing half-done:
-an export stays in its hidden partial folder, a deployment's pipeline is closed.
+One job at a time (export, plan or deploy) runs as an asyncio task
+(:class:`~fleetgui.app.deploy.jobs.JobRunner`); its heavy work runs in executors. ``cancel``
+stops the job at every step, and a cancelled job leaves nothing half-done: an export stays in its
+hidden partial folder, a deployment's pipeline is closed.
 
 Planning an export first measures the layer time of one of its stages on this PC and on every
 usable worker (``DeviceSource.measured_profiles``; cached, so a second preview measures nothing):
@@ -21,7 +22,6 @@ generate at once (``layout_ready``); when it is whole copies on workers that bea
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Coroutine
 from pathlib import Path
@@ -29,78 +29,41 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from fleetgui.app.deployer import (
-    DeployCancelledError,
+from fleetgui.app.deploy.interfaces import (
     Deployer,
     DeployRequest,
     DeviceSource,
     MeasuredDevices,
+    ProgressCallback,
 )
-from fleetgui.app.errors import user_message
-from fleetgui.app.export_job import ExportJob, default_export_dir
+from fleetgui.app.deploy.jobs import JobRunner, JobState
+from fleetgui.app.deploy.model_choice import (
+    ModelChoiceError,
+    ModelKind,
+    model_kind,
+    needs_opening,
+    open_model,
+    weights_text,
+)
+from fleetgui.app.export_job import ExportJob, export_request
 from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.plan_preview import (
     PreviewRequest,
     groups_to_deploy,
     layout_text,
+    plan_holds,
     preview_layout,
     preview_plan,
     replicas_phrase,
 )
-from fleetgui.app.tasks import spawn
-from fleetgui.errors import FleetguiError
 from fleetgui.export.exporter import ExportProgress, ExportRequest
-from fleetgui.export.manifest import ManifestError, read_manifest
-from fleetgui.export.quality import weights_label
 from fleetgui.paths import shards_cache_dir
 from fleetgui.planner import Layout, Plan, PlanConfig
 from fleetgui.planner.fixed_stages import plan_rows
 from fleetgui.runtime.draft_source import draft_label
 
 log = logging.getLogger(__name__)
-
-
-class JobState(enum.Enum):
-    IDLE = "idle"
-    OPENING = "opening"  # a GGUF file or hub id becoming a folder the exporter reads
-    EXPORTING = "exporting"
-    PLANNING = "planning"
-    DEPLOYING = "deploying"
-
-
-class ModelKind(enum.Enum):
-    EXPORT = "fleetgui export"
-    HUGGINGFACE = "HuggingFace model"
-
-
-class ModelChoiceError(FleetguiError):
-    """The chosen folder is neither an export nor a HuggingFace model."""
-
-
-def needs_opening(source: Path) -> bool:
-    """Whether ``source`` must be opened before it can be used: a GGUF file, a folder holding
-    GGUF files and no model, or a hub id (not an existing path)."""
-    from fleetgui.export.gguf_source import is_gguf_file
-    from fleetgui.export.sources import looks_like_hub_id
-
-    if source.is_file():
-        return is_gguf_file(source)  # also an Ollama blob, named by its hash
-    if source.is_dir():
-        has_model = (source / "manifest.json").is_file() or (source / "config.json").is_file()
-        return not has_model and any(source.glob("*.gguf"))
-    return looks_like_hub_id(str(source))
-
-
-def model_kind(folder: Path) -> ModelKind:
-    if (folder / "manifest.json").is_file():
-        return ModelKind.EXPORT
-    if (folder / "config.json").is_file():
-        return ModelKind.HUGGINGFACE
-    raise ModelChoiceError(
-        f"{folder} is neither a fleetgui export (manifest.json) nor a HuggingFace model folder "
-        "(config.json): choose the folder that holds one of them, a .gguf file or a hub id"
-    )
 
 
 class DeploymentController(QObject):
@@ -139,13 +102,12 @@ class DeploymentController(QObject):
         self.layout: Layout | None = None  # planned with ``plan``, for the same users
         self._plan_request: PreviewRequest | None = None  # what ``plan`` was made from
         self.layer_times: MeasuredDevices | None = None  # the profiles ``plan`` was made from
+        self.deployed_request: DeployRequest | None = None  # what serves the chat now
         self.export_weights = "int4"
         self.export_stages = 2
         self.objective = "latency"
         self.export_root = shards_cache_dir()
-        self._state = JobState.IDLE
-        self._task: asyncio.Task[Any] | None = None
-        self._export: ExportJob | None = None
+        self.jobs = JobRunner(self.state_changed.emit, self.failed.emit, self.cancelled.emit)
         self.model_changed.connect(self._describe_weights)  # whichever path chose the model
 
     @property
@@ -156,11 +118,7 @@ class DeploymentController(QObject):
 
     @property
     def state(self) -> JobState:
-        return self._state
-
-    def _set_state(self, state: JobState) -> None:
-        self._state = state
-        self.state_changed.emit(state.value)
+        return self.jobs.state
 
     # -- choosing -----------------------------------------------------------------------------
 
@@ -178,79 +136,38 @@ class DeploymentController(QObject):
         except ModelChoiceError as exc:
             self.failed.emit(str(exc))
             return False
-        self.model_dir, self.kind, self.plan, self.layout = Path(folder), kind, None, None
-        self.model_changed.emit(str(folder), kind.value)
+        self._chosen(Path(folder), kind)
         return True
 
+    def _chosen(self, folder: Path, kind: ModelKind) -> None:
+        """``folder`` is the chosen model now; its previewed plan, if any, is gone."""
+        self.model_dir, self.kind, self.plan, self.layout = folder, kind, None, None
+        self.model_changed.emit(str(folder), kind.value)
+
     def _describe_weights(self, folder: str, kind: str) -> None:
-        text = ""
-        if kind == ModelKind.EXPORT.value:
-            try:
-                manifest = read_manifest(Path(folder))
-            except ManifestError:
-                pass  # deploying it says what is wrong
-            else:
-                text = weights_label(manifest.weight_format, manifest.quality)
-        self.weights_described.emit(text)
+        self.weights_described.emit(weights_text(Path(folder), kind))
 
     # -- jobs ---------------------------------------------------------------------------------
 
     async def _open_job(self, source: str) -> None:
-        from fleetgui.export.sources import resolve_model
-
-        folder = await asyncio.to_thread(resolve_model, source, gguf_cache=self.gguf_cache)
-        kind = model_kind(folder)
-        self.model_dir, self.kind, self.plan, self.layout = folder, kind, None, None
-        self.model_changed.emit(str(folder), kind.value)
+        folder = await open_model(source, self.gguf_cache)
+        self._chosen(folder, model_kind(folder))
 
     def _start(
         self, state: JobState, job: Coroutine[Any, Any, None], *, needs_model: bool = True
     ) -> bool:
-        if self._task is not None and not self._task.done():
-            job.close()
-            self.failed.emit(f"busy {self._state.value}: wait for it to finish or press Cancel")
-            return False
-        if needs_model and self.model_dir is None:
+        if needs_model and self.model_dir is None and not self.jobs.busy:
             job.close()
             self.failed.emit("choose a model first: an export or a HuggingFace model folder")
             return False
-        self._set_state(state)
-        self._task = spawn(self._guard(job), f"deployment: {state.value}")
-        self._task.add_done_callback(self._job_done)
-        # A task cancelled before it ran never awaits its job: close it so it leaves no warning.
-        self._task.add_done_callback(lambda _: job.close())
-        return True
-
-    async def _guard(self, job: Coroutine[Any, Any, None]) -> None:
-        try:
-            await job
-        except DeployCancelledError as exc:
-            log.info("%s cancelled", self._state.value)
-            self.cancelled.emit(str(exc))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.failed.emit(user_message(exc))
-
-    def _job_done(self, task: asyncio.Task[Any]) -> None:
-        """Also runs for a task cancelled before it started."""
-        if task.cancelled():
-            log.info("%s cancelled", self._state.value)
-            self.cancelled.emit(f"{self._state.value} cancelled")
-        self._export = None
-        self._set_state(JobState.IDLE)
+        return self.jobs.start(state, job)  # refused while another job runs
 
     async def wait(self) -> None:
         """Until the current job (if any) has ended, however it ended."""
-        task = self._task
-        if task is not None and not task.done():
-            await asyncio.wait([task])
+        await self.jobs.wait()
 
     def cancel(self) -> None:
-        if self._export is not None:
-            self._export.cancel()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        self.jobs.cancel()
 
     def export(self) -> bool:
         """Export the chosen HuggingFace model (then it becomes the chosen model)."""
@@ -271,23 +188,18 @@ class DeploymentController(QObject):
         ``export_stages`` even stages."""
         if self.model_dir is None:
             return
-        layers = plan.layers_arg if plan is not None else None
-        stages = len(plan.stages) if plan is not None else self.export_stages
-        out = default_export_dir(
-            self.model_dir, self.export_weights, stages, self.export_root, layers=layers
-        )
-        request = ExportRequest(
+        request = export_request(
             self.model_dir,
-            out,
-            stages=None if layers else stages,
-            layers=layers,
-            weights=self.export_weights,
+            self.export_weights,
+            self.export_root,
+            stages=len(plan.stages) if plan is not None else self.export_stages,
+            layers=plan.layers_arg if plan is not None else None,
         )
         await self._run_export(request)
 
     async def _run_export(self, request: ExportRequest) -> None:
         """Export with progress and Cancel; the export becomes the chosen model."""
-        self._export = job = ExportJob(request)
+        self.jobs.export = job = ExportJob(request)
 
         def progress(step: ExportProgress) -> None:
             self.export_progress.emit(step.step, step.total, step.message)
@@ -314,20 +226,17 @@ class DeploymentController(QObject):
 
     async def _use_job(self, source: Path, mode: ModeSettings) -> None:
         if needs_opening(source):
-            from fleetgui.export.sources import resolve_model
-
-            source = await asyncio.to_thread(resolve_model, str(source), gguf_cache=self.gguf_cache)
+            source = await open_model(str(source), self.gguf_cache)
         kind = model_kind(source)
-        self.model_dir, self.kind, self.plan, self.layout = source, kind, None, None
-        self.model_changed.emit(str(source), kind.value)
+        self._chosen(source, kind)
         layered = None
         if kind is ModelKind.HUGGINGFACE:
-            self._set_state(JobState.PLANNING)
+            self.jobs.set_state(JobState.PLANNING)
             await self._plan_job(mode)  # which stages the export gets: one per device
             layered = self.plan
-            self._set_state(JobState.EXPORTING)
+            self.jobs.set_state(JobState.EXPORTING)
             await self._export_job(layered)
-        self._set_state(JobState.PLANNING)
+        self.jobs.set_state(JobState.PLANNING)
         await self._plan_job(mode, layered)
 
     async def _demo_job(self, mode: ModeSettings) -> None:
@@ -339,9 +248,9 @@ class DeploymentController(QObject):
             self.choose_model(target)
         else:
             gguf = await asyncio.to_thread(fetch_smollm2)  # once; then from the shard cache
-            self._set_state(JobState.EXPORTING)
+            self.jobs.set_state(JobState.EXPORTING)
             await self._run_export(ExportRequest(gguf, target, stages=2, weights=REAL_WEIGHTS))
-        self._set_state(JobState.PLANNING)
+        self.jobs.set_state(JobState.PLANNING)
         await self._plan_job(mode)
 
     async def _plan_job(self, mode: ModeSettings | None, previous: Plan | None = None) -> None:
@@ -349,13 +258,12 @@ class DeploymentController(QObject):
         model layer by layer (see :mod:`fleetgui.app.plan_preview`)."""
         if self.model_dir is None:
             return
-        streams = mode.streams if mode is not None and mode.concurrency > 1 else 1
         measured = await self.devices.measured_profiles(self.model_dir, self.measuring.emit)
         request = PreviewRequest(
             self.model_dir,
             measured.profiles,
             PlanConfig(objective=self.objective),
-            streams=streams,
+            streams=mode.concurrency if mode is not None else 1,
             weights=self.export_weights,
             previous=previous or self.plan,
         )
@@ -374,9 +282,9 @@ class DeploymentController(QObject):
             if previous is None or stale or not self._plan_holds(previous, mode):
                 await self._plan_job(mode)
                 previous = self.plan
-            self._set_state(JobState.EXPORTING)
+            self.jobs.set_state(JobState.EXPORTING)
             await self._export_job(previous)  # in the plan's stages, one per device
-            self._set_state(JobState.DEPLOYING)
+            self.jobs.set_state(JobState.DEPLOYING)
         if self.model_dir is None:
             return
         # The previewed plan is deployed as it is while it still holds; else the export's
@@ -392,39 +300,40 @@ class DeploymentController(QObject):
             plan_config=planned_from.config if planned_from is not None else None,
             groups=groups_to_deploy(self.plan, self.layout),
         )
-        pipeline = await self.deployer.deploy(request, self.deploy_progress.emit)
-        description = f"{self.model_dir.name} on {self.deployer.name}"
-        if request.draft_dir is not None:
-            description += f", draft {draft_label(request.draft_dir)}"
-        try:
-            await self.inference.install(pipeline, description)
-        except BaseException:
-            if self.inference.pipeline is not pipeline:
-                await asyncio.shield(pipeline.close())
-            raise
-        if request.groups:
-            log.info("deployed %s as %s", self.model_dir.name, replicas_phrase(request.groups))
-        elif request.plan is not None:
-            log.info(
-                "deployed %s as planned: %s",
-                self.model_dir.name,
-                "; ".join(plan_rows(request.plan)),
-            )
+        description = await serve_deployment(
+            self.deployer, self.inference, request, self.deploy_progress.emit
+        )
+        self.deployed_request = request
         self.deployed.emit(description)
 
     def _plan_holds(self, plan: Plan, mode: ModeSettings) -> bool:
-        """Whether ``plan`` (previewed for the chosen export) still fits the situation: the same
-        objective and streams, and every PC it uses still usable (this PC still first)."""
-        streams = mode.streams if mode.concurrency > 1 else 1
         devices = [d.name for d in self.devices.device_profiles()]
-        replicas = self.layout.devices if self.layout is not None else ()
-        holds = (
-            plan.objective == self.objective
-            and plan.streams == streams
-            and bool(devices)
-            and plan.devices[0] == devices[0]
-            and set(plan.devices) | set(replicas) <= set(devices)
+        return plan_holds(
+            plan, self.layout, devices, objective=self.objective, streams=mode.concurrency
         )
-        if not holds:
-            log.info("the previewed plan no longer holds; planning again")
-        return holds
+
+
+async def serve_deployment(
+    deployer: Deployer,
+    inference: InferenceService,
+    request: DeployRequest,
+    progress: ProgressCallback,
+) -> str:
+    """Deploy ``request`` and hand its pipeline to ``inference``; returns what now serves the
+    chat. A pipeline the inference service did not take (cancelled, failed) is closed."""
+    pipeline = await deployer.deploy(request, progress)
+    name = request.export_dir.name
+    description = f"{name} on {deployer.name}"  # after deploy: it says where it ended up
+    if request.draft_dir is not None:
+        description += f", draft {draft_label(request.draft_dir)}"
+    try:
+        await inference.install(pipeline, description)
+    except BaseException:
+        if inference.pipeline is not pipeline:
+            await asyncio.shield(pipeline.close())
+        raise
+    if request.groups:
+        log.info("deployed %s as %s", name, replicas_phrase(request.groups))
+    elif request.plan is not None:
+        log.info("deployed %s as planned: %s", name, "; ".join(plan_rows(request.plan)))
+    return description

@@ -1,7 +1,7 @@
 """The deployment interfaces the fleet implements, and what they pass around.
 
 A :class:`Deployer` turns an export (and a plan) into a running ``Pipeline``: on this PC
-(:class:`fleetgui.app.local_deployer.LocalDeployer`) or across the fleet (push each worker's
+(:class:`fleetgui.app.deploy.local.LocalDeployer`) or across the fleet (push each worker's
 shards with progress, load, link the ring). A :class:`DeviceSource` gives the planner preview the
 profiles of the PCs that could take part, the coordinator first: estimated at once
 (``device_profiles``), or with layer times measured for the chosen model (``measured_profiles``,

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from dataclasses import replace
 
-from fleetgui.app.deployer import (
+from fleetgui.app.deploy.interfaces import (
     DeployCancelledError,
     Deployer,
     DeployProgress,

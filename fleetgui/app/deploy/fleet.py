@@ -2,7 +2,7 @@
 
 With a plan (the deployment view's preview) each device runs the export's stages the plan gives
 it (:func:`~fleetgui.app.plan_preview.plan_assignment`), the other usable workers are spares, and
-a plan that uses this PC alone deploys here (:class:`~fleetgui.app.local_deployer.LocalDeployer`);
+a plan that uses this PC alone deploys here (:class:`~fleetgui.app.deploy.local.LocalDeployer`);
 without a plan, stage 0 runs on this PC and the other stages are spread over the usable workers
 (or all run here when none is usable). The session pushes each worker's shards (a progress bar
 per worker), loads them and links the ring; its events (loading, running, lost, rejoined) go to
@@ -11,8 +11,8 @@ made from a plan keeps re-planning while it runs (:meth:`FleetSession.replan_wit
 whose measured speed drifts, or the failover after a lost one, can move stages.
 
 When the preview chose replicas (``DeployRequest.groups``), each group of workers gets the model
-instead, a whole copy on a group of one (:mod:`fleetgui.app.copies`), and the chat is served by
-the replicas together.
+instead, a whole copy on a group of one (:mod:`fleetgui.app.deploy.replicas`), and the chat is
+served by the replicas together.
 
 A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
 to unload and the session is closed. A new deployment first ends the previous one (workers host
@@ -27,16 +27,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgui.app.copies import ReplicaSessions, close_replicas, deploy_replicas
-from fleetgui.app.deployer import (
+from fleetgui.app.deploy.interfaces import (
     Deployer,
     DeployProgress,
     DeployRequest,
     ProgressCallback,
     ServedPipeline,
 )
+from fleetgui.app.deploy.local import LocalDeployer
+from fleetgui.app.deploy.replicas import ReplicaSessions, close_replicas, deploy_replicas
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.local_deployer import LocalDeployer
 from fleetgui.app.local_pc import coordinator_name
 from fleetgui.app.plan_preview import (
     export_stages,
@@ -103,7 +103,7 @@ class FleetDeployer(Deployer):
         self.controller = controller
         self.config = config or CoordinatorConfig()
         self.session: FleetSession | None = None
-        self.copies: ReplicatedPipeline | None = None  # replicas, when those are deployed
+        self.replicas: ReplicatedPipeline | None = None  # when replicas are deployed
 
     async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> ServedPipeline:
         await self.close()  # workers serve one deployment at a time
@@ -178,7 +178,7 @@ class FleetDeployer(Deployer):
         self, request: DeployRequest, endpoints: list[WorkerEndpoint], progress: ProgressCallback
     ) -> ReplicatedPipeline:
         controller = self.controller
-        copies = await deploy_replicas(
+        replicas = await deploy_replicas(
             request,
             endpoints,
             controller.identity,
@@ -186,11 +186,11 @@ class FleetDeployer(Deployer):
             progress=progress,
             on_event=controller.on_session_event,
         )
-        # the copies' heartbeats speak for their workers, each from its own session
-        controller.session = ReplicaSessions([r.session for r in copies.replicas])
-        self.copies = copies
+        # the replicas' heartbeats speak for their workers, each from its own session
+        controller.session = ReplicaSessions([r.session for r in replicas.replicas])
+        self.replicas = replicas
         self.name = f"the fleet, as {replicas_phrase(request.groups)}"
-        return copies
+        return replicas
 
     async def _discard(self, session: FleetSession) -> None:
         """Unload what the session loaded on its workers and close it."""
@@ -206,8 +206,8 @@ class FleetDeployer(Deployer):
         session, self.session = self.session, None
         if session is not None:
             await self._discard(session)
-        copies, self.copies = self.copies, None
-        if copies is not None:
-            await close_replicas(copies)
+        replicas, self.replicas = self.replicas, None
+        if replicas is not None:
+            await close_replicas(replicas)
             self.controller.session_closed()
-            log.info("copies discarded; the workers unloaded them")
+            log.info("replicas discarded; the workers unloaded them")

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fleetgui.app.deployer import DeployProgress, DeployRequest, ProgressCallback
+from fleetgui.app.deploy.interfaces import DeployProgress, DeployRequest, ProgressCallback
 from fleetgui.app.plan_preview import export_stages
 from fleetgui.errors import FleetguiError
 

@@ -1,0 +1,101 @@
+"""``ChatPresenter``: the chat tab's wiring to the :class:`~fleetgui.app.chat_session.ChatSession`.
+
+It is not a widget: it connects the chat view's requests to the session, shows the session's
+changes in the view, and keeps which conversation the tab shows. It is a child of the main
+window, so Qt drops its connections to the session when the window goes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject
+
+from fleetgui.app.chat_session import ChatSession
+from fleetgui.app.conversation import SamplingSettings
+from fleetgui.app.views.chat_view import ChatView
+from fleetgui.app.views.message_bar import MessageBar
+
+log = logging.getLogger(__name__)
+
+
+class ChatPresenter(QObject):
+    """The chat view and the session, kept in step; ``current_conversation`` is the one shown."""
+
+    def __init__(
+        self, session: ChatSession, view: ChatView, messages: MessageBar, parent: QObject
+    ) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.view = view
+        self.messages = messages
+        self.current_conversation: str | None = None
+        view.new_requested.connect(self._new_conversation)
+        view.delete_requested.connect(session.delete)
+        view.selected.connect(self.select_conversation)
+        view.send_requested.connect(self._send)
+        view.stop_requested.connect(session.stop)
+        view.regenerate_requested.connect(session.regenerate)
+        view.sampling_changed.connect(self._set_sampling)
+        session.conversations_changed.connect(self.refresh_conversations)
+        session.messages_changed.connect(self._on_messages_changed)
+        session.reply_delta.connect(view.append_delta)
+        session.busy_changed.connect(self._on_busy)
+        session.reply_failed.connect(lambda _, message: self.messages.show_error(message))
+
+    def show_initial_state(self) -> None:
+        """The last conversation, when there is one."""
+        conversations = self.session.conversations()
+        self.current_conversation = conversations[-1].id if conversations else None
+        self.refresh_conversations()
+        if self.current_conversation is not None:
+            self.select_conversation(self.current_conversation)
+
+    def _new_conversation(self) -> None:
+        self.current_conversation = self.session.new_conversation()
+        self.refresh_conversations()
+        self.select_conversation(self.current_conversation)
+        self.view.input.setFocus()
+
+    def select_conversation(self, conversation_id: str) -> None:
+        session = self.session
+        self.current_conversation = conversation_id
+        self.view.show_conversation(
+            session.get(conversation_id), session.reply_in_progress(conversation_id)
+        )
+
+    def refresh_conversations(self) -> None:
+        """The list of conversations again; the one shown stays, or the last one is shown."""
+        session = self.session
+        items = [(c.id, c.title) for c in session.conversations()]
+        if self.current_conversation not in {i for i, _ in items}:
+            self.current_conversation = items[-1][0] if items else None
+        self.view.set_conversations(items, self.current_conversation)
+        if self.current_conversation is None:
+            self.view.show_conversation(None, None, session.next_sampling)
+        elif self.view.current_id != self.current_conversation:
+            self.select_conversation(self.current_conversation)
+
+    def _send(self, conversation_id: str, text: str) -> None:
+        if not conversation_id:  # none selected: the message starts a new conversation
+            self._new_conversation()
+            conversation_id = self.current_conversation or ""
+        if self.session.send(conversation_id, text):
+            self.view.clear_input()
+
+    def _set_sampling(self, conversation_id: str, sampling: SamplingSettings) -> None:
+        try:
+            if conversation_id:
+                self.session.set_sampling(conversation_id, sampling)
+            else:
+                self.session.set_next_sampling(sampling)
+        except ValueError as exc:
+            self.messages.show_error(str(exc))
+
+    def _on_messages_changed(self, conversation_id: str) -> None:
+        if conversation_id == self.current_conversation:
+            self.select_conversation(conversation_id)
+
+    def _on_busy(self, conversation_id: str, busy: bool) -> None:
+        if conversation_id == self.current_conversation:
+            self.select_conversation(conversation_id)

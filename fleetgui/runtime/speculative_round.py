@@ -1,0 +1,84 @@
+"""A speculative decoding step of one stream: the drafter proposes K tokens and the target
+verifies them in one pass, or, when K auto turns speculation off or nothing is proposed, a
+plain step timed for K auto's comparison."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from fleetgui.runtime.head import SamplingParams
+from fleetgui.runtime.metrics import SpeculationRound
+from fleetgui.runtime.speculative import Drafter, Proposal
+from fleetgui.runtime.stage import HeadOp, VerifyGreedyHead, VerifySampleHead
+from fleetgui.runtime.stream_state import StreamState
+from fleetgui.runtime.target_passes import TargetPasses
+from fleetgui.runtime.verification import uniforms_for_round
+
+
+async def speculative_step(
+    stream: StreamState, target: TargetPasses, drafter: Drafter, *, streams: int
+) -> list[int]:
+    """The tokens of one round (or plain step) of ``stream``; ``streams``: how many streams
+    are generating now (K auto holds K steadier with several)."""
+    options = stream.options
+    auto = stream.auto_k
+    probe = options.k is None and auto.off  # a round now probes speculation again
+    if options.k is not None:
+        k = options.k
+    else:  # OFF (0) while speculation does not pay: a plain step
+        predictable = probe and drafter.predictable(stream.id, stream.committed)
+        k = auto.choose(streams, predictable=predictable)
+    k = min(
+        k,
+        options.max_new_tokens - len(stream.generated),
+        stream.room(target.context_limit) - 1,
+    )
+    if k < 1:
+        return await plain_step(stream, target)
+    params = options.sampling
+    proposal = await drafter.propose(stream.id, stream.committed, k, params, stream.rng)
+    if not proposal.drafts:  # e.g. no n-gram match: nothing to verify, not a round
+        return await plain_step(stream, target)
+    k = len(proposal.drafts)  # a drafter may propose fewer than asked
+    head = _verify_head(params, proposal, stream.rng)
+    started = time.perf_counter()
+    result = await target.run(stream, proposal.drafts, head)
+    verify_ms = (time.perf_counter() - started) * 1000
+    stream.drafted += k
+    stream.accepted += result.accepted
+    stream.ks.append(k)
+    # a stream's first round also warms its fresh state up, and a probe's draft model
+    # catches up on the plain steps' tokens: their times would mark K as dear
+    timed = len(stream.ks) > 1 and not probe
+    compute = sum(result.compute_ms.values()) if result.compute_ms else None
+    stream.auto_k.update(
+        k, result.accepted, proposal.ms, verify_ms, timed=timed, compute_ms=compute
+    )
+    target.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
+    return result.tokens
+
+
+async def plain_step(stream: StreamState, target: TargetPasses) -> list[int]:
+    """One plain decoding step in speculative mode, timed for K auto's comparison."""
+    started = time.perf_counter()
+    result = await target.run(stream, [], stream.plain_head())
+    stream.auto_k.record_plain((time.perf_counter() - started) * 1000)
+    stream.plain_steps += 1
+    return result.tokens
+
+
+def _verify_head(params: SamplingParams, proposal: Proposal, rng: np.random.Generator) -> HeadOp:
+    """The head that judges ``proposal``'s drafts: greedy, or speculative sampling with this
+    round's uniforms (drawn from the stream's ``rng`` after the proposal's)."""
+    if params.greedy:
+        return VerifyGreedyHead(tuple(proposal.drafts))
+    u_accept, u_resample = uniforms_for_round(rng, len(proposal.drafts))
+    return VerifySampleHead(
+        params,
+        tuple(proposal.drafts),
+        tuple(proposal.dists),
+        tuple(float(u) for u in u_accept),
+        float(u_resample),
+    )

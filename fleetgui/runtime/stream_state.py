@@ -1,0 +1,59 @@
+"""One stream's state on the coordinator: its tokens so far, what the target's cache holds,
+and its speculation tallies."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetgui.runtime.auto_k import AutoK
+from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.runtime.sequence import FedTokens
+from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
+
+
+@dataclass
+class StreamState:
+    id: int
+    prompt_ids: list[int]
+    options: GenerationOptions
+    rng: np.random.Generator
+    target: FedTokens = field(default_factory=FedTokens)
+    committed: list[int] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    ks: list[int] = field(default_factory=list)
+    plain_steps: int = 0
+    auto_k: AutoK = field(default_factory=AutoK)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.committed[len(self.prompt_ids) :]
+
+    def room(self, context_limit: int) -> int:
+        """Positions left in a context of ``context_limit`` for this stream."""
+        return context_limit - len(self.committed)
+
+    def plain_head(self) -> HeadOp:
+        """The head of a step without drafts: greedy, or sampling with the stream's next
+        uniform."""
+        params = self.options.sampling
+        return GreedyHead() if params.greedy else SampleHead(params, float(self.rng.random()))
+
+    def commit(self, tokens: list[int], eos_ids: Collection[int]) -> tuple[list[int], str]:
+        """Append ``tokens`` up to EOS and the token limit; the tokens taken and the finish
+        reason ("eos", "max_tokens", or "" to go on)."""
+        taken: list[int] = []
+        limit = self.options.max_new_tokens
+        for token in tokens:
+            if token in eos_ids:
+                self.committed += taken
+                return taken, "eos"
+            taken.append(token)
+            if len(self.generated) + len(taken) >= limit:
+                self.committed += taken
+                return taken, "max_tokens"
+        self.committed += taken
+        return taken, ""

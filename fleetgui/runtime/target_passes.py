@@ -1,0 +1,92 @@
+"""A stream's passes through the target model's route: chunked passes that bring its cache to
+the committed tokens (plus a round's drafts), and the plain decode path as one chained run."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+
+import numpy as np
+
+from fleetgui.runtime.metrics import MetricsBus, StageTiming
+from fleetgui.runtime.route import DecodeRun, Route
+from fleetgui.runtime.sequence import CompactionPolicy
+from fleetgui.runtime.stage import ForwardRequest, ForwardResult, HeadOp
+from fleetgui.runtime.stream_state import StreamState
+
+
+class TargetPasses:
+    """Runs streams' passes through ``route`` and reports each stage's time of each pass."""
+
+    def __init__(
+        self,
+        route: Route,
+        metrics: MetricsBus,
+        *,
+        context_limit: int,
+        prefill_chunk: int,
+        compaction: CompactionPolicy,
+        stop_ids: frozenset[int],
+    ) -> None:
+        """``stop_ids``: the tokens (EOS) that end a plain decode run early."""
+        self.route = route
+        self.metrics = metrics
+        self.context_limit = context_limit
+        self.prefill_chunk = prefill_chunk
+        self.compaction = compaction
+        self.stop_ids = stop_ids
+
+    async def run(self, stream: StreamState, drafts: list[int], head: HeadOp) -> ForwardResult:
+        """Bring the target's cache to the committed tokens plus ``drafts``; run ``head``."""
+        rewind, pending = stream.target.plan(stream.committed)
+        feed = pending + drafts
+        result = ForwardResult(stream.id)
+        for start in range(0, len(feed), self.prefill_chunk):
+            chunk = feed[start : start + self.prefill_chunk]
+            last = start + self.prefill_chunk >= len(feed)
+            stream.target.applied(rewind, [])
+            compact = self.compaction.should_compact(stream.target, len(chunk), self.context_limit)
+            result = await self.route.run(
+                ForwardRequest(
+                    stream.id,
+                    np.array([chunk], dtype=np.int64),
+                    rewind=rewind,
+                    compact=compact,
+                    head=head if last else None,
+                )
+            )
+            if compact:
+                stream.target.compacted()
+            stream.target.applied(0, chunk)
+            rewind = 0
+            self._emit_stage_timings(stream.id, result, len(chunk))
+        return result
+
+    async def decode_run(self, stream: StreamState) -> AsyncGenerator[list[int], None]:
+        """Plain decode steps as one run the route chains itself (no trip through the
+        generation loop between two tokens), up to the token limit and the context."""
+        rewind, pending = stream.target.plan(stream.committed)
+        if rewind or len(pending) != 1:
+            raise RuntimeError(f"stream {stream.id}: the cache is not one token behind")
+        run = DecodeRun(
+            stream.id,
+            pending[0],
+            steps=min(
+                stream.options.max_new_tokens - len(stream.generated),
+                stream.room(self.context_limit),
+            ),
+            next_head=stream.plain_head,
+            stop_ids=self.stop_ids,
+        )
+        fed = pending[0]
+        async with contextlib.aclosing(self.route.decode(run)) as results:
+            async for result in results:
+                stream.target.applied(0, [fed])
+                self._emit_stage_timings(stream.id, result, 1)
+                if result.tokens:
+                    fed = result.tokens[-1]
+                yield result.tokens
+
+    def _emit_stage_timings(self, stream_id: int, result: ForwardResult, positions: int) -> None:
+        for stage, ms in sorted(result.compute_ms.items()):
+            self.metrics.emit(StageTiming(stream_id, stage, ms, positions))
