@@ -74,10 +74,32 @@ def _workers_of(home: Path) -> list[psutil.Process]:
     return found
 
 
-def test_demo_headless_answers_once_as_json(demo_pair_tiny: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
+@pytest.fixture(scope="module")
+def first_run(
+    demo_pair_tiny: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The demo's first run in a fresh home: it exports the tiny pair there. The tests after it
+    start from a copy of that home's shard cache, so the pair is exported once per module."""
+    home = tmp_path_factory.mktemp("demo") / "home"
     shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
-    run = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "24")
+    return home, _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "24")
+
+
+def _home_after_first_run(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, *skip: str
+) -> Path:
+    """A new home holding the first run's shard cache, less the folders named in ``skip``."""
+    home = tmp_path / "home"
+    shutil.copytree(
+        first_run[0] / "shards_cache", home / "shards_cache", ignore=lambda _d, _n: list(skip)
+    )
+    return home
+
+
+def test_demo_headless_answers_once_as_json(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    home, run = first_run
     assert run.returncode == 0, run.stderr[-3000:]
     record = json.loads(run.stdout.strip().splitlines()[-1])
     assert set(record) >= {"text", "token_ids", "ttft_ms", "tokens_per_s", "acceptance_rate"}
@@ -101,9 +123,10 @@ def test_demo_headless_answers_once_as_json(demo_pair_tiny: Path, tmp_path: Path
     assert _workers_of(home) == []  # the demo's workers ended with it
 
 
-def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+def test_demo_reuses_everything_and_runs_plain_pp(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    home = _home_after_first_run(first_run, tmp_path)
     first = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "8", "--mode", "pp")
     assert first.returncode == 0, first.stderr[-3000:]
     stamp = (home / "shards_cache" / "demo-tiny-target-2stages" / "manifest.json").stat()
@@ -122,12 +145,13 @@ def test_demo_reuses_everything_and_runs_plain_pp(demo_pair_tiny: Path, tmp_path
     assert one.get("acceptance_rate") is None
 
 
-def test_demo_drafts_from_ngram_when_asked(demo_pair_tiny: Path, tmp_path: Path) -> None:
+def test_demo_drafts_from_ngram_when_asked(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """``--draft ngram`` replaces the toy pair's draft model with prompt lookup."""
     from fleetgui.runtime.draft_source import NGRAM_LABEL
 
-    home = tmp_path / "home"
-    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    home = _home_after_first_run(first_run, tmp_path, "demo-tiny-draft")
     run = _demo(home, "--prompt", PROMPT, "--json", "--max-new-tokens", "16", "--draft", "ngram")
     assert run.returncode == 0, run.stderr[-3000:]
     record = json.loads(run.stdout.strip().splitlines()[-1])
@@ -135,12 +159,13 @@ def test_demo_drafts_from_ngram_when_asked(demo_pair_tiny: Path, tmp_path: Path)
     assert not (home / "shards_cache" / "demo-tiny-draft").exists()  # no draft model exported
 
 
-def test_demo_app_screenshots_and_exits_cleanly(demo_pair_tiny: Path, tmp_path: Path) -> None:
+def test_demo_app_screenshots_and_exits_cleanly(
+    first_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """The app demo (not headless) renders its four views from the running fleet and exits 0
     with its workers gone. (With the small pair the interpreter's teardown after the Qt app
     aborted the process, exit 134, every time; the tiny pair did not show it.)"""
-    home, shots = tmp_path / "home", tmp_path / "shots"
-    shutil.copytree(demo_pair_tiny, home / "shards_cache" / "demo-model-tiny")
+    home, shots = _home_after_first_run(first_run, tmp_path), tmp_path / "shots"
     env = {**os.environ, "FLEETGUI_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
     command = [
         sys.executable,

@@ -173,6 +173,7 @@ def report(built: Built) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_build_compiles_the_installer_and_says_it_proves_the_script_only(built: Built) -> None:
     assert built.setup.name == f"fleetgui-setup-{fleetgui.__version__}-linux-payload.exe"
     assert built.setup.read_bytes()[:2] == b"MZ"  # a Windows program
@@ -181,6 +182,7 @@ def test_build_compiles_the_installer_and_says_it_proves_the_script_only(built: 
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_silent_install_puts_every_promised_file_shortcut_and_registry_entry_in_place(
     report: Any, built: Built
 ) -> None:
@@ -213,6 +215,7 @@ def test_silent_install_puts_every_promised_file_shortcut_and_registry_entry_in_
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_silent_uninstall_removes_program_files_shortcuts_and_keys_but_keeps_user_data(
     report: Any,
 ) -> None:
@@ -228,6 +231,7 @@ def test_silent_uninstall_removes_program_files_shortcuts_and_keys_but_keeps_use
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_the_check_sees_each_broken_promise(report: Any) -> None:
     """The check itself can fail: each way the installer could break a promise is reported."""
     seen, promise = report.installed, report.promise

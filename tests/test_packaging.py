@@ -226,6 +226,7 @@ def _bundle_modules(executable: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_worker_bundle_holds_no_torch_transformers_or_qt(worker_bundle: Bundle) -> None:
     files = [p.relative_to(worker_bundle.folder) for p in worker_bundle.folder.rglob("*")]
     assert len(files) > 50
@@ -323,6 +324,7 @@ def frozen_worker(worker_bundle: Bundle, tmp_path: Path) -> Iterator[FrozenWorke
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_frozen_worker_serves_generate_and_exits_cleanly_on_sigterm(
     frozen_worker: FrozenWorker, tiny_export: Path, tmp_path: Path
 ) -> None:
@@ -354,6 +356,7 @@ def test_frozen_worker_serves_generate_and_exits_cleanly_on_sigterm(
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_frozen_worker_help_is_fleetgui_worker_help(worker_bundle: Bundle, tmp_path: Path) -> None:
     frozen = subprocess.run(
         [str(worker_bundle.exe(bundle_config.WORKER_NAME)), "--help"],
@@ -366,12 +369,13 @@ def test_frozen_worker_help_is_fleetgui_worker_help(worker_bundle: Bundle, tmp_p
 
 
 # --- the app bundle -------------------------------------------------------------------------------
-# Building it takes 5 minutes here (1.3 GB: Qt, OpenVINO, torch): CI leaves these out to stay
-# under 20 minutes; run them with `pytest -m app_bundle` when packaging changes.
+# Building it takes 5 minutes here (1.3 GB: Qt, OpenVINO, torch). Like the worker bundle's and
+# the installer's tests, CI leaves these out to stay under 20 minutes: `pytest -m bundle` runs
+# them, when packaging/ changes.
 
 
 @pytest.mark.slow
-@pytest.mark.app_bundle
+@pytest.mark.bundle
 def test_app_bundle_holds_qt_plugins_resources_and_openvino(app_bundle: Bundle) -> None:
     internal = app_bundle.folder / "_internal"
     platforms = {p.name for p in internal.rglob("plugins/platforms/*")}
@@ -387,7 +391,7 @@ def test_app_bundle_holds_qt_plugins_resources_and_openvino(app_bundle: Bundle) 
 
 
 @pytest.mark.slow
-@pytest.mark.app_bundle
+@pytest.mark.bundle
 def test_frozen_app_renders_every_view_offscreen(
     app_bundle: Bundle, tiny_export: Path, tmp_path: Path
 ) -> None:
@@ -405,7 +409,7 @@ def test_frozen_app_renders_every_view_offscreen(
 
 
 @pytest.mark.slow
-@pytest.mark.app_bundle
+@pytest.mark.bundle
 def test_frozen_app_exports_and_generates_like_the_source(
     app_bundle: Bundle,
     tiny_models: Callable[..., Path],
