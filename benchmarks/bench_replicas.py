@@ -10,21 +10,28 @@ OpenVINO thread:
   DECODE;
 * ``pipeline``: one 2-stage pipeline over both workers, the 2 streams interleaved (PP+MB);
 * ``genai x2``: two independent ``openvino_genai.LLMPipeline`` processes on the monolithic
-  export, one per core, one stream each, at the better of the plugin's default precision and
-  f32 in each repeat: the ceiling copies aim at (goal: within 10 %).
+  export, one per core, one stream each, at the better (by median) of the plugin's default
+  precision and f32; compiled and warmed up once, then run once a repeat: the ceiling copies
+  aim at (goal: within 10 %).
 
-Each figure is all tokens of both streams over the wall time from the first request to the last
-token; medians over the repeats.
+Each rate is all tokens of both streams over the wall time from the first request to the last
+token; medians over the repeats, ratios paired within each. Beside the rates, the CPU time a
+token of every process a layout runs (its workers and the coordinator, or both genai
+processes): on a machine other work shares, wall rates move with that work, while the CPU a
+token costs tells what each layout would give on two cores of its own.
 
-Run: ``.venv/bin/python benchmarks/bench_replicas.py [--tokens 128] [--repeats 3]``
+Run: ``.venv/bin/python benchmarks/bench_replicas.py [--tokens 128] [--repeats 3]
+[--skip stepwise pipeline]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -60,9 +67,9 @@ config.min_new_tokens = n
 config.do_sample = False
 pipe.generate("warm up", openvino_genai.GenerationConfig(max_new_tokens=4))
 print("ready", flush=True)
-sys.stdin.readline()
-result = pipe.generate([prompt], config)
-print(len(result.perf_metrics.raw_metrics.m_new_token_times), time.perf_counter(), flush=True)
+while sys.stdin.readline().strip() == "go":
+    result = pipe.generate([prompt], config)
+    print(len(result.perf_metrics.raw_metrics.m_new_token_times), time.perf_counter(), flush=True)
 """
 
 
@@ -95,20 +102,37 @@ def whole_export() -> Path:
 
 
 CPU_SHARE: dict[str, list[float]] = {}  # the coordinator's CPU time over the wall time, per run
+# CPU time a token of every process serving the streams (workers and coordinator, or both genai
+# processes), per run: what a layout costs whatever else the machine runs meanwhile, which wall
+# rates on a shared machine cannot tell apart from other people's load
+CPU_PER_TOKEN: dict[str, list[float]] = {}
 
 
-async def fleet_rate(pipeline: Any, tokens: int, name: str) -> float:
+def process_cpu_s(pid: int) -> float:
+    """CPU time (user and system, all threads) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def fleet_rate(pipeline: Any, tokens: int, name: str, pids: list[int]) -> float:
     """Tokens/s of both prompts at once; records the coordinator's share of a core meanwhile
-    (this machine has no third PC for it: it takes that time from the workers' two cores)."""
+    (this machine has no third PC for it: it takes that time from the workers' two cores) and
+    the CPU time a token of the coordinator and the workers ``pids``."""
     options = GenerationOptions(max_new_tokens=tokens)
     await asyncio.gather(*(pipeline.complete("warm up", GenerationOptions(4)) for _ in PROMPTS))
     started, cpu = time.perf_counter(), time.process_time()
+    workers_cpu = sum(process_cpu_s(pid) for pid in pids)
     results: list[GenerationResult] = await asyncio.gather(
         *(pipeline.complete(p, options) for p in PROMPTS)
     )
     wall = time.perf_counter() - started
-    CPU_SHARE.setdefault(name, []).append((time.process_time() - cpu) / wall)
-    return sum(len(r.token_ids) for r in results) / wall
+    coordinator = time.process_time() - cpu
+    CPU_SHARE.setdefault(name, []).append(coordinator / wall)
+    count = sum(len(r.token_ids) for r in results)
+    workers_cpu = sum(process_cpu_s(pid) for pid in pids) - workers_cpu
+    CPU_PER_TOKEN.setdefault(name, []).append((coordinator + workers_cpu) * 1000 / count)
+    CPU_PER_TOKEN.setdefault(f"{name}: its workers", []).append(workers_cpu * 1000 / count)
+    return count / wall
 
 
 async def copies_rate(
@@ -116,8 +140,9 @@ async def copies_rate(
 ) -> float:
     config = CoordinatorConfig(route=RouteConfig(worker_decode=name == "copies"))
     copies = await open_copies(export, [[w.endpoint] for w in workers], identity, config)
+    pids = [w.process.pid for w in workers if w.process is not None]
     try:
-        return await fleet_rate(copies, n, name)
+        return await fleet_rate(copies, n, name, pids)
     finally:
         await copies.close()
 
@@ -129,45 +154,97 @@ async def pipeline_rate(
     await session.connect([w.endpoint for w in workers])
     try:
         await session.deploy(export)
-        return await fleet_rate(session.pipeline(), n, "pipeline")
+        pids = [w.process.pid for w in workers if w.process is not None]
+        return await fleet_rate(session.pipeline(), n, "pipeline", pids)
     finally:
         await session.close()
 
 
-def genai_rate(mono: Path, n: int, hint: str = "") -> float:
-    """Two independent genai processes, one per core, started together once both are ready;
-    ``hint``: an inference precision (the plugin's default if empty)."""
-    processes = [
-        subprocess.Popen(
-            [
-                *("taskset", "-c", str(core), sys.executable, "-c", GENAI_SCRIPT),
-                *(str(mono), p, str(n), hint),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for core, p in enumerate(PROMPTS)
-    ]
-    try:
-        for process in processes:
+class GenaiPair:
+    """Two independent genai processes, one per core, kept between runs (compiled and warmed up
+    once); ``hint``: an inference precision (the plugin's default if empty)."""
+
+    def __init__(self, mono: Path, n: int, hint: str = "") -> None:
+        self.processes = [
+            subprocess.Popen(
+                [
+                    *("taskset", "-c", str(core), sys.executable, "-c", GENAI_SCRIPT),
+                    *(str(mono), p, str(n), hint),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for core, p in enumerate(PROMPTS)
+        ]
+        for process in self.processes:
             assert process.stdout is not None
             if process.stdout.readline().strip() != "ready":
+                self.close()
                 raise RuntimeError("a genai process did not start")
+
+    def rate(self, name: str) -> float:
+        """Tokens/s of both processes' prompts, started together; records their CPU time a
+        token under ``name``."""
+        cpu = sum(process_cpu_s(p.pid) for p in self.processes)
         started = time.perf_counter()
-        for process in processes:
+        for process in self.processes:
             assert process.stdin is not None
             process.stdin.write("go\n")
             process.stdin.flush()
         ends = []
-        for process in processes:
+        for process in self.processes:
             assert process.stdout is not None
             count, end = process.stdout.readline().split()
             ends.append((int(count), float(end)))
-    finally:
-        for process in processes:
+        tokens = sum(count for count, _ in ends)
+        used = sum(process_cpu_s(p.pid) for p in self.processes) - cpu
+        CPU_PER_TOKEN.setdefault(name, []).append(used * 1000 / tokens)
+        return tokens / (max(end for _, end in ends) - started)
+
+    def close(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(OSError, ValueError):
+                assert process.stdin is not None
+                process.stdin.close()
             process.wait(60)
-    return sum(count for count, _ in ends) / (max(end for _, end in ends) - started)
+
+
+STEPWISE = "copies, a request a step"
+
+
+def run_repeats(
+    args: argparse.Namespace,
+    identity: KeyPair,
+    workers: list[WorkerProcess],
+    pairs: dict[str, GenaiPair],
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every layout once a repeat, genai first in every other repeat; the rates by layout and
+    genai's by precision."""
+    export, whole = export_real("int8"), whole_export()
+    runs: dict[str, list[float]] = {"copies": [], STEPWISE: [], "pipeline": [], "genai x2": []}
+    genai: dict[str, list[float]] = {hint: [] for hint in pairs}
+
+    def genai_once() -> None:
+        for hint, pair in pairs.items():
+            genai[hint].append(pair.rate(f"genai {hint}"))
+
+    for repeat in range(args.repeats):
+        if repeat % 2:
+            genai_once()
+        for name in ("copies", STEPWISE):
+            if name == STEPWISE and "stepwise" in args.skip:
+                continue
+            runs[name].append(asyncio.run(copies_rate(identity, workers, whole, args.tokens, name)))
+        if "pipeline" not in args.skip:
+            runs["pipeline"].append(
+                asyncio.run(pipeline_rate(identity, workers, export, args.tokens))
+            )
+        if not repeat % 2:
+            genai_once()
+        latest = {k: round(v[-1], 1) for k, v in {**runs, **genai}.items() if v}
+        log.warning("repeat %d: %s", repeat + 1, latest)
+    return runs, genai
 
 
 def main() -> None:
@@ -175,56 +252,66 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["stepwise", "pipeline"],
+        help="leave these layouts out (copies and genai x2 always run)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    export, whole, mono = export_real("int8"), whole_export(), monolithic_export()
-    identity = KeyPair.generate()
+    mono = monolithic_export()
     root = bench_cache() / "replicas"
     root.mkdir(parents=True, exist_ok=True)
+    identity = KeyPair.generate()
     keys = root / "authorized_keys"
     keys.write_text(f"{identity.public} bench\n")
-    stepwise = "copies, a request a step"
-    runs: dict[str, list[float]] = {"copies": [], stepwise: [], "pipeline": [], "genai x2": []}
-    genai: dict[str, list[float]] = {"default": [], "f32": []}  # the best one is the bar
-    names = ["a", "b"]
     started = [
         running_workers(root / n, [n], keys, precision="auto", prefix=["taskset", "-c", str(i)])
-        for i, n in enumerate(names)
+        for i, n in enumerate(["a", "b"])
     ]
     workers = [w for context in started for w in context.__enter__()]
+    pairs: dict[str, GenaiPair] = {}
     try:
-        for repeat in range(args.repeats):
-            for name in ("copies", stepwise):
-                runs[name].append(
-                    asyncio.run(copies_rate(identity, workers, whole, args.tokens, name))
-                )
-            runs["pipeline"].append(
-                asyncio.run(pipeline_rate(identity, workers, export, args.tokens))
-            )
-            genai["default"].append(genai_rate(mono, args.tokens))
-            genai["f32"].append(genai_rate(mono, args.tokens, "f32"))
-            latest = {k: round(v[-1], 1) for k, v in {**runs, **genai}.items() if v}
-            log.warning("repeat %d: %s", repeat + 1, latest)
+        for hint in ("default", "f32"):  # the better one is the bar
+            pairs[hint] = GenaiPair(mono, args.tokens, "" if hint == "default" else hint)
+        runs, genai = run_repeats(args, identity, workers, pairs)
     finally:
+        for pair in pairs.values():
+            pair.close()
         for context in started:
             context.__exit__(None, None, None)
+    report(args, runs, genai)
+
+
+def report(
+    args: argparse.Namespace, runs: dict[str, list[float]], genai: dict[str, list[float]]
+) -> None:
     # the configuration with the better median, not the better figure of each repeat (which
     # noise would inflate)
     best = max(genai, key=lambda hint: statistics.median(genai[hint]))
     runs["genai x2"] = genai[best]
-    med = {name: statistics.median(values) for name, values in runs.items()}
+    med = {name: statistics.median(values) for name, values in runs.items() if values}
     rows = [(name, f"{value:.1f} tok/s") for name, value in med.items()]
     rows.append(("genai precision", f"{best} (of {', '.join(genai)})"))
     # ratios paired within each repeat: the machine's load drifts between repeats
     rows.append(("copies / genai x2", f"{paired(runs, 'copies', 'genai x2'):.2f}x"))
-    rows.append(("copies / pipeline", f"{paired(runs, 'copies', 'pipeline'):.2f}x"))
-    rows.append(("copies / a request a step", f"{paired(runs, 'copies', stepwise):.2f}x"))
+    for other, label in (("pipeline", "pipeline"), (STEPWISE, "a request a step")):
+        if runs[other]:
+            rows.append((f"copies / {label}", f"{paired(runs, 'copies', other):.2f}x"))
     for name, shares in CPU_SHARE.items():
         rows.append((f"coordinator CPU, {name}", f"{statistics.median(shares):.0%} of a core"))
+    costs = {**CPU_PER_TOKEN, "genai x2": CPU_PER_TOKEN[f"genai {best}"]}
+    for name, values in costs.items():
+        rows.append((f"CPU a token, {name}", f"{statistics.median(values):.2f} ms"))
+    # what the rates would be on two cores running nothing else: the inverse ratio of costs
+    rows.append(("genai x2 / copies, CPU a token", f"{paired(costs, 'genai x2', 'copies'):.3f}x"))
     figures = {
         "runs": runs,
         "median": med,
         "coordinator_cpu_share": CPU_SHARE,
+        "cpu_ms_per_token": CPU_PER_TOKEN,
         "genai_by_precision": genai,
         "tokens": args.tokens,
         "repeats": args.repeats,

@@ -28,6 +28,7 @@ from fleetgui.app.chat_session import ChatSession
 from fleetgui.app.conversation import ASSISTANT, USER, SamplingSettings
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.deploy.local import LocalDeployer
+from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
 from fleetgui.app.mode import Mode
@@ -521,13 +522,13 @@ def test_a_gguf_file_typed_in_the_model_field_is_opened_off_the_gui_thread_and_d
         window.deploy_view.folder.setText(str(gguf))
         failures: list[str] = []
         deployment.failed.connect(failures.append)
-        changed: list[tuple[str, str]] = []
+        changed: list[tuple[str, ModelKind]] = []
         deployment.model_changed.connect(lambda folder, kind: changed.append((folder, kind)))
         window.deploy_view.choose_requested.emit(str(gguf))
         qtbot.waitUntil(lambda: bool(changed or failures), timeout=TIMEOUT_MS)
         assert failures == []
         ((folder, kind),) = changed
-        assert kind == "HuggingFace model"
+        assert kind is ModelKind.HUGGINGFACE
         assert (Path(folder) / "gguf_view.json").is_file()
         assert threads == [False]
         qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)

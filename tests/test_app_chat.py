@@ -77,7 +77,7 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     assert "hello there" in chat.transcript.toPlainText()
     assert chat.list.count() == 1
     # deleting it leaves none selected: the row shows what the next conversation will use
-    chat.delete_requested.emit(started.id)
+    chat.delete_requested.emit()  # of the conversation shown: started
     assert window.chat_presenter.current_conversation is None
     assert shown_settings(window) == SamplingSettings(max_new_tokens=100)
     chat.new_requested.emit()

@@ -9,9 +9,10 @@ pytest.importorskip("PySide6")
 from fleetgui.app.deploy.fleet import app_progress, ring_order
 from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
 from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.fleet.deploy import DeployProgress
+from fleetgui.fleet.deploy import DeployPhase, DeployProgress
 from fleetgui.fleet.info_probe import WorkerStatusReason as Reason
-from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.fleet.session_config import LinkReason, WorkerEndpoint
+from fleetgui.fleet.session_config import LinkState as Link
 
 
 @pytest.mark.parametrize(
@@ -36,9 +37,9 @@ def test_a_worker_not_seen(
     [
         (False, None, WorkerStatus.NOT_PAIRED, Reason.NOT_PAIRED.hint),
         (True, None, WorkerStatus.ONLINE, ""),
-        (True, SessionState("busy", "stages [1]"), WorkerStatus.BUSY, "running stages [1]"),
-        (True, SessionState("loading", "stages [2]"), WorkerStatus.BUSY, "loading stages [2]"),
-        (True, SessionState("lost", "no heartbeat"), WorkerStatus.ONLINE, "back; rejoining"),
+        (True, SessionState(Link.BUSY, "stages [1]"), WorkerStatus.BUSY, "running stages [1]"),
+        (True, SessionState(Link.LOADING, "stages [2]"), WorkerStatus.BUSY, "loading stages [2]"),
+        (True, SessionState(Link.LOST, "no heartbeat"), WorkerStatus.ONLINE, "back; rejoining"),
     ],
 )
 def test_a_worker_seen(
@@ -49,11 +50,11 @@ def test_a_worker_seen(
 
 
 def test_session_events() -> None:
-    assert from_session(SessionState("lost", "no heartbeat for 2 s")) == (
+    assert from_session(SessionState(Link.LOST, "no heartbeat for 2 s")) == (
         WorkerStatus.LOST,
         "no heartbeat for 2 s",
     )
-    assert from_session(SessionState("online", "rejoined"))[0] is WorkerStatus.ONLINE
+    assert from_session(SessionState(Link.ONLINE, LinkReason.REJOINED))[0] is WorkerStatus.ONLINE
 
 
 def test_ring_order_follows_the_plan_then_the_other_workers() -> None:
@@ -76,8 +77,8 @@ def test_ring_order_follows_the_plan_then_the_other_workers() -> None:
     [
         (DeployProgress("w", 50, 100, "stage_1/model.bin"), "sending model.bin", 0.5),
         (DeployProgress("w", 0, 0), "files already there", 0.0),
-        (DeployProgress("w", 0, 0, phase="load"), "loading the stages", 0.99),
-        (DeployProgress("w", 1, 1, phase="ready"), "ready", 1.0),
+        (DeployProgress("w", 0, 0, phase=DeployPhase.LOAD), "loading the stages", 0.99),
+        (DeployProgress("w", 1, 1, phase=DeployPhase.READY), "ready", 1.0),
     ],
 )
 def test_deploy_progress_for_the_bars(step: DeployProgress, text: str, fraction: float) -> None:

@@ -38,7 +38,7 @@ from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.protocol import Message, Op, RemoteError
 from fleetgui.fleet.ring_route import RingRoute
 from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.session_config import CoordinatorConfig, LinkReason, LinkState
 from fleetgui.fleet.worker_service import free_port_pair
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
@@ -327,7 +327,7 @@ async def _double_failure(
     run.workers = (a.name, b.name)
     loop = asyncio.get_running_loop()
     second_killed = asyncio.Event()
-    events: list[tuple[str, str, str]] = []
+    events: list[tuple[str, LinkState, str]] = []
 
     def kill_second() -> None:
         b.kill()
@@ -378,12 +378,12 @@ async def _restart_and_ask(
     run: _DoubleFailure,
     pipe: Pipeline,
     pair: list[WorkerProcess],
-    events: list[tuple[str, str, str]],
+    events: list[tuple[str, LinkState, str]],
 ) -> None:
     """Restart the lost pair on their ports; once the session says both rejoined, ask again
     (the answer goes to ``run.after_restart``, an error to ``run.after_restart_error``)."""
     await asyncio.to_thread(_start_all, pair)
-    rejoined = {(w.name, "online", "rejoined") for w in pair}
+    rejoined = {(w.name, LinkState.ONLINE, LinkReason.REJOINED) for w in pair}
     for _ in range(60):
         if rejoined <= set(events):
             break
@@ -478,7 +478,7 @@ def test_kill_worker_neighbour_takes_layers_and_worker_rejoins(
 ) -> None:
     """4 stages over a, b, c with no spare; kill -9 b during PP+SD: a neighbour takes its
     stage; b restarted on the same port and key rejoins as a spare."""
-    events: list[tuple[str, str, str]] = []
+    events: list[tuple[str, LinkState, str]] = []
     with running_workers(fleet_root / "merge", ["a", "b", "c"], authorized_keys) as ws:
 
         async def main() -> None:
@@ -497,11 +497,11 @@ def test_kill_worker_neighbour_takes_layers_and_worker_rejoins(
                 restarted.start()
                 ws[1] = restarted
                 for _ in range(40):
-                    if ("b", "online", "rejoined") in events:
+                    if ("b", LinkState.ONLINE, LinkReason.REJOINED) in events:
                         break
                     await asyncio.sleep(0.25)
-                assert ("b", "lost") in [e[:2] for e in events]
-                assert ("b", "online", "rejoined") in events
+                assert ("b", LinkState.LOST) in [e[:2] for e in events]
+                assert ("b", LinkState.ONLINE, LinkReason.REJOINED) in events
                 assert "b" in session.assignment.spares
                 again = await session.pipeline().complete(PROMPTS[1], _greedy("pp"))
                 assert again.token_ids == references[PROMPTS[1]]

@@ -8,11 +8,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgui.runtime.generation import GenerationResult
+from fleetgui.runtime.generation import FinishReason, GenerationResult
 
 #: The pipeline's finish reasons as OpenAI names them: an end-of-turn token or a stop string
 #: is "stop", the token limit or a full context is "length".
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "max_tokens": "length", "context": "length"}
+FINISH_REASONS = {
+    FinishReason.EOS: "stop",
+    FinishReason.STOP: "stop",
+    FinishReason.MAX_TOKENS: "length",
+    FinishReason.CONTEXT: "length",
+}
 OWNER = "fleetgui"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,13 +37,20 @@ from fleetgui.runtime.generation import (
 log = logging.getLogger(__name__)
 
 
+class StreamOutcome(enum.StrEnum):
+    """How a request ended when not normally, as its log line says."""
+
+    FAILED_MID_STREAM = "failed mid-stream"  # the generation failed after the answer began
+    CLIENT_LEFT = "client left"
+
+
 @dataclass
 class RequestNote:
     """What the server's log line says of a request beside its status: tokens generated, and
     how a streamed answer ended when not normally."""
 
     tokens: int = 0
-    outcome: str | None = None
+    outcome: StreamOutcome | None = None
 
 
 #: the current request's note (the server's middleware sets a fresh one for each request: it
@@ -191,7 +199,7 @@ class ApiRoutes:
                     error = ApiError(f"generation failed: {exc}", status=500, kind=SERVER_ERROR)
                     await events.send(error.body())
                     await events.done()
-                    note.outcome = "failed mid-stream"
+                    note.outcome = StreamOutcome.FAILED_MID_STREAM
                     return events.response
             assert result is not None
             note.tokens = len(result.token_ids)
@@ -200,5 +208,5 @@ class ApiRoutes:
                 await events.send(answer.usage_chunk(result))
             await events.done()
         except ClientGoneError:
-            note.outcome = "client left"
+            note.outcome = StreamOutcome.CLIENT_LEFT
         return events.response

@@ -23,7 +23,7 @@ from fleetgui.addresses import format_address
 from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.admission import Admission
 from fleetgui.api.errors import SERVER_ERROR, ApiError, invalid_key
-from fleetgui.api.routes import NOTE, ApiRoutes, RequestNote
+from fleetgui.api.routes import NOTE, ApiRoutes, RequestNote, StreamOutcome
 from fleetgui.api.served import ServedModel
 from fleetgui.errors import FleetguiError
 
@@ -167,7 +167,7 @@ class ApiServer:
             error = ApiError(str(exc), status=503, kind=SERVER_ERROR)
             response = web.json_response(error.body(), status=503)
         except asyncio.CancelledError:
-            note.outcome = "client left"
+            note.outcome = StreamOutcome.CLIENT_LEFT
             self._log(request, 499, started, note)
             raise
         except Exception as exc:

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.keys import KEYRING_USER, new_api_key
-from fleetgui.app.inference import InferenceService
+from fleetgui.app.inference import InferenceService, PipelineState
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.settings import SecretError, Secrets
 from fleetgui.app.tasks import spawn
@@ -148,10 +148,10 @@ class ApiService(QObject):
 
     # -- following the app --------------------------------------------------------------------
 
-    def _on_pipeline_state(self, state: str) -> None:
-        if state == "closing" and self._server is not None:
+    def _on_pipeline_state(self, state: PipelineState) -> None:
+        if state is PipelineState.CLOSING and self._server is not None:
             spawn(self._locked(self._shutdown()), "stop the API for the unloading model")
-        elif state.startswith("ready") and self.wanted:
+        elif state is PipelineState.READY and self.wanted:
             spawn(self._locked(self._restart()), "serve the new model on the API")
 
     async def _locked(self, work: Coroutine[Any, Any, None]) -> None:

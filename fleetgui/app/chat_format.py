@@ -16,8 +16,9 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from fleetgui.app.conversation import ASSISTANT, ChatMessage
+from fleetgui.app.conversation import ASSISTANT, ChatMessage, ReplyEnd
 from fleetgui.app.theme import MONOSPACE, Colors
+from fleetgui.runtime.generation import FinishReason
 
 COPY_SCHEME = "copy"
 _PARAGRAPH = "margin: 2px 0; white-space: pre-wrap;"  # pre-wrap keeps the restored indentation
@@ -32,6 +33,24 @@ def copied_message(href: str) -> int | None:
     """The message index a Copy link names (``"copy:3"`` -> 3); None for any other link."""
     scheme, _, index = href.partition(":")
     return int(index) if scheme == COPY_SCHEME and index.isdigit() else None
+
+
+def copied_reply(href: str, messages: Sequence[ChatMessage]) -> str | None:
+    """The text (markdown, not the rendered HTML) of the reply among ``messages`` a Copy link
+    names; None for any other link."""
+    index = copied_message(href)
+    if index is None or index >= len(messages) or messages[index].role != ASSISTANT:
+        return None
+    return messages[index].text
+
+
+def reply_to_copy(messages: Sequence[ChatMessage], reply: str | None) -> str:
+    """What Copy reply copies when nothing is selected: the reply in progress, else the last
+    reply ("" when there is none)."""
+    if reply:
+        return reply
+    replies = [m.text for m in messages if m.role == ASSISTANT]
+    return replies[-1] if replies else ""
 
 
 def _indent(line: str) -> str:
@@ -148,6 +167,15 @@ def settled_length(text: str, start: int = 0) -> int:
     return start
 
 
+#: how a footer names the ends of a reply worth a word (a normal end says nothing)
+_ENDINGS: dict[str, str] = {
+    ReplyEnd.STOPPED: "stopped",
+    ReplyEnd.FAILED: "failed",
+    FinishReason.CONTEXT: "context full",
+    FinishReason.MAX_TOKENS: "reached the reply length limit",
+}
+
+
 def message_footer(message: ChatMessage) -> str:
     """``"42 tokens, 12.3 tokens/s, first token in 85 ms (stopped)"``."""
     parts = []
@@ -158,13 +186,8 @@ def message_footer(message: ChatMessage) -> str:
     if message.ttft_ms:
         parts.append(f"first token in {message.ttft_ms:.0f} ms")
     text = ", ".join(parts)
-    if message.finish_reason in ("stopped", "failed", "context", "max_tokens"):
-        note = {
-            "stopped": "stopped",
-            "failed": "failed",
-            "context": "context full",
-            "max_tokens": "reached the reply length limit",
-        }[message.finish_reason]
+    note = _ENDINGS.get(message.finish_reason)
+    if note is not None:
         text = f"{text} ({note})" if text else note
     return text
 

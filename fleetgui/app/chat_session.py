@@ -18,6 +18,7 @@ from fleetgui.app.conversation import (
     USER,
     ChatMessage,
     Conversation,
+    ReplyEnd,
     SamplingSettings,
     chat_messages,
     finished_message,
@@ -31,8 +32,6 @@ from fleetgui.runtime.generation import GenerationResult
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 2.0  # a streaming reply is saved at least this often
-STOPPED = "stopped"
-FAILED = "failed"
 
 
 @dataclass
@@ -200,7 +199,9 @@ class ChatSession(QObject):
         if now - reply.saved_at > SAVE_EVERY_S:
             reply.saved_at = now
             conversation = self.get(reply.conversation_id)
-            draft = finished_message(reply.text, STOPPED, model=reply.model, mode=reply.mode)
+            draft = finished_message(
+                reply.text, ReplyEnd.STOPPED, model=reply.model, mode=reply.mode
+            )
             self.store.save(replace(conversation, messages=[*conversation.messages, draft]))
 
     def _end(self, request: int, message: ChatMessage | None, reason: str, error: str = "") -> None:
@@ -233,9 +234,11 @@ class ChatSession(QObject):
     def _on_stopped(self, request: int) -> None:
         reply = self._replies.get(request)
         text = reply.text if reply is not None else ""
-        self._end(request, finished_message(text, STOPPED) if text else None, STOPPED)
+        message = finished_message(text, ReplyEnd.STOPPED) if text else None
+        self._end(request, message, ReplyEnd.STOPPED)
 
     def _on_failed(self, request: int, error: str) -> None:
         reply = self._replies.get(request)
         text = reply.text if reply is not None else ""
-        self._end(request, finished_message(text, FAILED) if text else None, FAILED, error)
+        message = finished_message(text, ReplyEnd.FAILED) if text else None
+        self._end(request, message, ReplyEnd.FAILED, error)

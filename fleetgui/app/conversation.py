@@ -3,6 +3,7 @@ messages a conversation gives the model's chat template. No Qt here."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 import uuid
@@ -19,6 +20,13 @@ USER = "user"
 ASSISTANT = "assistant"
 ROLES = (USER, ASSISTANT)
 TITLE_CHARS = 48  # a new conversation is titled with the start of its first message
+
+
+class ReplyEnd(enum.StrEnum):
+    """How a reply ended that the pipeline did not finish (else its ``FinishReason``)."""
+
+    STOPPED = "stopped"  # the user stopped it
+    FAILED = "failed"
 
 
 class ConversationFormatError(FleetguiError):
@@ -61,7 +69,7 @@ class ChatMessage:
     role: str  # "user" or "assistant"
     text: str
     created: float = field(default_factory=time.time)  # seconds since the epoch
-    finish_reason: str = ""  # assistant: eos, stop, max_tokens, context, stopped, failed
+    finish_reason: str = ""  # assistant: a FinishReason or ReplyEnd value, as saved
     tokens: int = 0  # assistant: tokens generated
     ttft_ms: float = 0.0  # assistant: time to the first token
     tokens_per_s: float = 0.0  # assistant: decode rate

@@ -38,7 +38,7 @@ from fleetgui.app.bench_record import (
 from fleetgui.app.deploy.controller import DeploymentController
 from fleetgui.app.deploy.jobs import JobState
 from fleetgui.app.errors import user_message
-from fleetgui.app.inference import InferenceService
+from fleetgui.app.inference import InferenceService, PipelineState
 from fleetgui.app.tasks import spawn
 from fleetgui.bench.configurations import Configuration
 from fleetgui.bench.progress import Progress, clock
@@ -296,14 +296,14 @@ class FleetBench(QObject):
 
     # -- following the app --------------------------------------------------------------------
 
-    def _on_pipeline_state(self, state: str) -> None:
-        if state == "closing":
+    def _on_pipeline_state(self, state: PipelineState) -> None:
+        if state is PipelineState.CLOSING:
             self._stop_now("the model is unloading")
         self._announce()
 
-    def _on_deployment_state(self, state: str) -> None:
+    def _on_deployment_state(self, state: JobState) -> None:
         # a new deployment first ends the fleet session the benchmark is measuring
-        if state == JobState.DEPLOYING.value:
+        if state is JobState.DEPLOYING:
             self._stop_now("a new deployment started")
         self._announce()
 

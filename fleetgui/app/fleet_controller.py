@@ -5,7 +5,7 @@ address, kept in ``workers.json``), probes every known worker periodically
 (:meth:`~fleetgui.app.watched_worker.WatchedWorker.probe`: pins each worker's key on first use,
 checks that the worker trusts this coordinator, i.e. pairing), and writes status and reason into
 the :class:`~fleetgui.app.fleet_model.FleetModel`. While a deployment runs, the
-``FleetSession``'s events (loading, running, lost, rejoined) arrive through
+``FleetSession``'s events (a ``LinkState``: loading, running, lost, rejoined) arrive through
 :meth:`on_session_event` and take precedence over the probe's "online". Everything runs as
 asyncio tasks in Qt's loop (qasync); nothing here blocks the GUI thread.
 """
@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
@@ -26,7 +27,6 @@ from fleetgui.app import fleet_status
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.fleet_status import SessionState
 from fleetgui.app.local_pc import coordinator_profile
-from fleetgui.app.pairing import pair_with_code
 from fleetgui.app.watched_worker import WatchedWorker
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.errors import FleetguiError
@@ -35,9 +35,14 @@ from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReaso
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.manual_workers import ManualWorkers
-from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.fleet.pairing import pair_with_code
+from fleetgui.fleet.session_config import LinkState, WorkerEndpoint
 from fleetgui.fleet.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
+
+if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
+    from fleetgui.app.deploy.replicas import ReplicaSessions
+    from fleetgui.fleet.coordinator import FleetSession
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +95,8 @@ class FleetController(QObject):
         self.config = config or FleetControllerConfig()
         self.known = KnownWorkers(self.config.known_workers_file)
         self.manual = ManualWorkers(self.config.workers_file)
-        self.session: Any = None  # the deployed FleetSession (set by the FleetDeployer)
+        # the deployed session(s), set by the FleetDeployer: their heartbeats speak for workers
+        self.session: FleetSession | ReplicaSessions | None = None
         self._workers: dict[str, WatchedWorker] = {}  # by address, in the order first known
         self._session_states: dict[str, SessionState] = {}  # by worker name
         self._task: asyncio.Task[None] | None = None
@@ -146,7 +152,13 @@ class FleetController(QObject):
                 f"worker {name!r} has not answered yet: check that `fleetgui worker --pair` runs "
                 "there, then pair again"
             )
-        await pair_with_code(self.identity, worker.info, code)
+        if not code.strip():
+            raise FleetguiError(
+                f"enter the pairing code worker {name!r} shows (start it with "
+                "`fleetgui worker --pair`), then press Pair"
+            )
+        comment = f"coordinator@{socket.gethostname()}"
+        await pair_with_code(self.identity, worker.info, code, comment)
         worker.paired = None
         await self._refresh_one(worker)
 
@@ -190,7 +202,7 @@ class FleetController(QObject):
             return
         status, text = fleet_status.unseen(reason, detail, was_usable=worker.was_usable)
         state = self._session_states.get(info.name)
-        if state is not None and state.status == "lost" and state.reason:
+        if state is not None and state.status is LinkState.LOST and state.reason:
             text = f"{state.reason}; {text}"
         self._show(worker, info, status, text, seen=False)
 
@@ -260,7 +272,7 @@ class FleetController(QObject):
             if w.info is not None and self._usable(w)
         ]
 
-    def on_session_event(self, name: str, status: str, reason: str) -> None:
+    def on_session_event(self, name: str, status: LinkState, reason: str) -> None:
         """A ``FleetSession`` event (``on_event``): show it in the worker's row."""
         state = SessionState(status, reason)
         self._session_states[name] = state
@@ -269,7 +281,7 @@ class FleetController(QObject):
             log.debug("session event for unknown worker %s: %s", name, status)
             return
         row_status, text = fleet_status.from_session(state)
-        self._show(worker, worker.info, row_status, text, seen=status != "lost")
+        self._show(worker, worker.info, row_status, text, seen=status is not LinkState.LOST)
 
     def session_closed(self) -> None:
         """The deployment ended: rows go back to what the probes say."""

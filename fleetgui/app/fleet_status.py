@@ -6,8 +6,8 @@ Sources are merged by :class:`fleetgui.app.fleet_controller.FleetController`; th
 * a worker that was usable and now fails its probe is *lost*, with the probe's reason and fix;
   one never seen usable shows the probe's reason itself (port closed, not answering, ...);
 * a worker that answers but refuses this coordinator's key is *not paired*, with the fix;
-* while a deployment runs on a worker its session's word (loading, running, lost) wins over
-  the probe's "online".
+* while a deployment runs on a worker its session's word (a ``LinkState``: loading, running,
+  lost) wins over the probe's "online".
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.fleet.info_probe import WorkerStatusReason
+from fleetgui.fleet.session_config import LinkReason, LinkState
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ NOT_PAIRED_FIX = WorkerStatusReason.NOT_PAIRED.hint
 class SessionState:
     """What the deployed ``FleetSession`` last said about a worker."""
 
-    status: str  # online | loading | busy | lost
+    status: LinkState
     reason: str = ""
 
 
@@ -52,9 +53,9 @@ def seen(paired: bool, session: SessionState | None) -> tuple[WorkerStatus, str]
     """A worker that answered its probe (``paired``: it accepted this coordinator's key)."""
     if not paired:
         return WorkerStatus.NOT_PAIRED, NOT_PAIRED_FIX
-    if session is None or session.status == "online":
+    if session is None or session.status is LinkState.ONLINE:
         return WorkerStatus.ONLINE, ""
-    if session.status == "lost":
+    if session.status is LinkState.LOST:
         # it answers again: a restarted worker, about to rejoin the session as a spare
         return WorkerStatus.ONLINE, "back; rejoining the deployment as a spare"
     return from_session(session)
@@ -63,13 +64,13 @@ def seen(paired: bool, session: SessionState | None) -> tuple[WorkerStatus, str]
 def from_session(session: SessionState) -> tuple[WorkerStatus, str]:
     """A ``FleetSession`` event as a row status."""
     match session.status:
-        case "lost":
+        case LinkState.LOST:
             return WorkerStatus.LOST, session.reason or "stopped answering"
-        case "loading":
+        case LinkState.LOADING:
             return WorkerStatus.BUSY, f"loading {session.reason}".strip()
-        case "busy":
+        case LinkState.BUSY:
             return WorkerStatus.BUSY, f"running {session.reason}".strip()
-        case "online" if session.reason == "rejoined":
+        case LinkState.ONLINE if session.reason == LinkReason.REJOINED:
             return WorkerStatus.ONLINE, "rejoined the deployment as a spare"
         case _:
             return WorkerStatus.ONLINE, ""

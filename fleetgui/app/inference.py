@@ -16,9 +16,10 @@ starts (``fleetgui.runtime.chat_prompt``).
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +47,14 @@ NO_TEMPLATE_NOTE = (
 
 class NoModelError(FleetguiError):
     """A reply was asked for before a model was deployed."""
+
+
+class PipelineState(enum.StrEnum):
+    """Whether replies can be served (``InferenceService.state_changed``)."""
+
+    NO_MODEL = "no model"
+    READY = "ready"  # ``InferenceService.description`` says what serves them
+    CLOSING = "closing"  # the pipeline is being unloaded
 
 
 @dataclass
@@ -102,7 +111,7 @@ class _Gate:
 class InferenceService(QObject):
     """The app's one way to generate text."""
 
-    state_changed = Signal(str)  # "no model", "ready: <description>", "closing"
+    state_changed = Signal(object)  # PipelineState
     mode_changed = Signal(object)  # ModeSettings
     started = Signal(int)  # request id: left the queue, generating
     delta = Signal(int, str)  # request id, new text
@@ -119,7 +128,7 @@ class InferenceService(QObject):
         self._prompter: ChatPrompter | None = None
         self._chat_note = ""
         self._description = ""
-        self._unsubscribe: list[object] = []
+        self._unsubscribe: list[Callable[[], None]] = []
         self._mode = ModeSettings()
         self._gate: _Gate | None = None  # made on first use, inside the running loop
         self._ids = itertools.count(1)
@@ -140,8 +149,8 @@ class InferenceService(QObject):
         return self._pipeline is not None and self._pipeline.draft is not None
 
     @property
-    def state(self) -> str:
-        return f"ready: {self._description}" if self._pipeline is not None else "no model"
+    def state(self) -> PipelineState:
+        return PipelineState.READY if self._pipeline is not None else PipelineState.NO_MODEL
 
     @property
     def description(self) -> str:
@@ -209,15 +218,14 @@ class InferenceService(QObject):
             return
         self._prompter = None
         self._set_chat_note("")
-        self.state_changed.emit("closing")
+        self.state_changed.emit(PipelineState.CLOSING)
         for request in list(self._requests.values()):
             self.stop(request.id)
         tasks = [r.task for r in self._requests.values() if r.task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         for unsubscribe in self._unsubscribe:
-            if callable(unsubscribe):
-                unsubscribe()
+            unsubscribe()
         self._unsubscribe = []
         await pipeline.close()
         self.state_changed.emit(self.state)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -25,6 +25,10 @@ from fleetgui.app.topology_tracker import TopologyTracker
 from fleetgui.fleet.assignment import MEMORY_OVERHEAD
 from fleetgui.runtime.metrics import MetricEvent
 
+if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
+    from fleetgui.app.deploy.interfaces import Deployer, ServedPipeline
+    from fleetgui.fleet.coordinator import FleetSession
+
 log = logging.getLogger(__name__)
 
 UPDATE_INTERVAL_MS = 250
@@ -32,7 +36,7 @@ UPDATE_INTERVAL_MS = 250
 LayoutSource = Callable[[], FleetLayout | None]
 
 
-def session_rings(session: Any) -> RingSpec | None:
+def session_rings(session: FleetSession) -> RingSpec | None:
     """The ring of a ``FleetSession`` (None before it deployed)."""
     assignment = session.assignment
     if assignment is None:
@@ -41,7 +45,7 @@ def session_rings(session: Any) -> RingSpec | None:
     return RingSpec(tuple(assignment.local), members)
 
 
-def session_links(session: Any) -> list[LinkFacts]:
+def session_links(session: FleetSession) -> list[LinkFacts]:
     out = []
     for name in list(session.links):
         status = session.worker_status(name)
@@ -49,18 +53,20 @@ def session_links(session: Any) -> list[LinkFacts]:
     return out
 
 
-def sessions_layout(sessions: list[Any], deployment: int, coordinator: str) -> FleetLayout | None:
+def sessions_layout(
+    sessions: Sequence[FleetSession], deployment: int, coordinator: str
+) -> FleetLayout | None:
     """The layout of one ``FleetSession`` or of several (whole copies: a ring each)."""
     rings, links, spares, lost = [], [], [], []
     manifest = None
     for session in sessions:
-        ring = session_rings(session)
-        if ring is None or session.manifest is None:
+        ring, assignment = session_rings(session), session.assignment
+        if ring is None or assignment is None or session.manifest is None:
             continue
         manifest = session.manifest
         rings.append(ring)
         links += session_links(session)
-        spares += [s for s in session.assignment.spares if s not in spares]
+        spares += [s for s in assignment.spares if s not in spares]
         lost += [n for n in session.failovers if n not in lost]
     if manifest is None:
         return None
@@ -72,7 +78,7 @@ def sessions_layout(sessions: list[Any], deployment: int, coordinator: str) -> F
     )  # fmt: skip
 
 
-def local_layout(pipeline: Any, deployment: int, coordinator: str) -> FleetLayout | None:
+def local_layout(pipeline: object, deployment: int, coordinator: str) -> FleetLayout | None:
     """A pipeline whose stages all run on this PC (``LocalRoute``)."""
     stages = getattr(getattr(pipeline, "route", None), "stages", None)
     if not stages:
@@ -86,7 +92,7 @@ class DeploymentLayout:
     """The layout of whatever the app has deployed, read from its deployer and pipeline (the
     objects are read by duck typing: the fleet's modules load only when a fleet deploys)."""
 
-    def __init__(self, deployer: object, pipeline: Callable[[], object | None]) -> None:
+    def __init__(self, deployer: Deployer, pipeline: Callable[[], ServedPipeline | None]) -> None:
         self.deployer = deployer
         self.pipeline = pipeline
         self._ids = itertools.count(1)

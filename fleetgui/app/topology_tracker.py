@@ -181,8 +181,9 @@ class TopologyTracker:
             if free is None and row is not None and row.info.free_ram_bytes:
                 free = row.info.free_ram_bytes
             status = str(row) if row is not None else role.value
-            if role is Role.LOST and link is not None and link.lost and "lost" not in status:
-                status = f"lost: {link.lost}"
+            says_lost = row is None or row.status is WorkerStatus.LOST  # no row: the role says
+            if role is Role.LOST and link is not None and link.lost and not says_lost:
+                status = f"lost: {link.lost}"  # before the row says so, the link says why
             return Node(
                 name=name,
                 role=role,

@@ -15,9 +15,13 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgui.errors import FleetguiError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from tokenizers.processors import PostProcessor
 
 log = logging.getLogger(__name__)
 
@@ -166,15 +170,7 @@ def build_tokenizer_json(vocab: GGUFVocab) -> str:
     if vocab.model == "llama":
         return _sentencepiece_json(vocab)
     splits = PRE_TOKENIZERS[vocab.pre]
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-    )
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
     bpe = models.BPE(
         vocab={token: i for i, token in enumerate(vocab.tokens)},
@@ -188,28 +184,38 @@ def build_tokenizer_json(vocab: GGUFVocab) -> str:
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tokenizer.decoder = decoders.ByteLevel()
+    _add_special_tokens(tokenizer, vocab)
+    template = _bos_template(vocab)
+    tokenizer.post_processor = (
+        template if template is not None else processors.ByteLevel(trim_offsets=False)
+    )
+    return str(tokenizer.to_str())
+
+
+def _add_special_tokens(tokenizer: Tokenizer, vocab: GGUFVocab) -> None:
+    """The vocabulary's control and user-defined tokens, as added tokens matched whole."""
+    from tokenizers import AddedToken
+
     tokenizer.add_special_tokens(
         [
-            AddedToken(
-                vocab.tokens[i],
-                special=vocab.token_types[i] == CONTROL,
-                normalized=False,
-                lstrip=False,
-                rstrip=False,
-            )
+            AddedToken(vocab.tokens[i], special=vocab.token_types[i] == CONTROL, normalized=False)
             for i in vocab.special_ids()
         ]
     )
+
+
+def _bos_template(vocab: GGUFVocab) -> PostProcessor | None:
+    """A post-processor that starts each sequence with BOS; None when the model adds none."""
+    from tokenizers import processors
+
     bos = vocab.token(vocab.bos_id)
-    if vocab.add_bos and bos is not None and vocab.bos_id is not None:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0",
-            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-            special_tokens=[(bos, vocab.bos_id)],
-        )
-    else:
-        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    return str(tokenizer.to_str())
+    if not vocab.add_bos or bos is None or vocab.bos_id is None:
+        return None
+    return processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0",
+        pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+        special_tokens=[(bos, vocab.bos_id)],
+    )
 
 
 SPACE = "\u2581"  # SentencePiece's visible space
@@ -231,7 +237,7 @@ def sentencepiece_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:
 
 
 def _sentencepiece_json(vocab: GGUFVocab) -> str:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers
 
     unk = next((vocab.tokens[i] for i, t in enumerate(vocab.token_types) if t == UNKNOWN), None)
     bpe = models.BPE(
@@ -249,19 +255,10 @@ def _sentencepiece_json(vocab: GGUFVocab) -> str:
         decode.append(decoders.Strip(" ", 1, 0))
     tokenizer.normalizer = normalizers.Sequence(steps)
     tokenizer.decoder = decoders.Sequence(decode)
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(vocab.tokens[i], special=vocab.token_types[i] == CONTROL, normalized=False)
-            for i in vocab.special_ids()
-        ]
-    )
-    bos = vocab.token(vocab.bos_id)
-    if vocab.add_bos and bos is not None and vocab.bos_id is not None:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0",
-            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-            special_tokens=[(bos, vocab.bos_id)],
-        )
+    _add_special_tokens(tokenizer, vocab)
+    template = _bos_template(vocab)
+    if template is not None:
+        tokenizer.post_processor = template
     return str(tokenizer.to_str())
 
 

@@ -8,6 +8,7 @@ or that a later check finds damaged on the worker's disk, is sent again.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,14 @@ class DeployError(FleetguiError):
     """Shards could not be deployed to a worker."""
 
 
+class DeployPhase(enum.StrEnum):
+    """Where one worker's deployment is."""
+
+    UPLOAD = "upload"  # sending the files it lacks
+    LOAD = "load"  # loading (compiling) its stages
+    READY = "ready"
+
+
 @dataclass(frozen=True, slots=True)
 class DeployProgress:
     """Bytes of one worker's files sent so far (``total`` counts only what must be sent)."""
@@ -39,7 +48,7 @@ class DeployProgress:
     sent: int
     total: int
     file: str = ""
-    phase: str = "upload"  # upload | load | ready
+    phase: DeployPhase = DeployPhase.UPLOAD
 
     @property
     def fraction(self) -> float:
@@ -134,7 +143,7 @@ async def push_files(
                 log.warning("%s arrived damaged at %s; sending it again", entry.path, link.name)
                 total += entry.size
     if progress:
-        progress(DeployProgress(link.name, total, total, phase="upload"))
+        progress(DeployProgress(link.name, total, total, phase=DeployPhase.UPLOAD))
     return sent
 
 
@@ -189,7 +198,7 @@ async def load_stages(
     for attempt in range(2):
         await push_files(link, export_dir, files, progress)
         if progress:
-            progress(DeployProgress(link.name, 0, 0, phase="load"))
+            progress(DeployProgress(link.name, 0, 0, phase=DeployPhase.LOAD))
         try:
             reply = await link.call(Message(Op.LOAD_STAGE, meta=meta), timeout_s=LOAD_TIMEOUT_S)
         except RemoteError as exc:
@@ -200,6 +209,6 @@ async def load_stages(
                 f"worker {link.name!r} could not load stages {list(indices)}: {exc}"
             ) from exc
         if progress:
-            progress(DeployProgress(link.name, 1, 1, phase="ready"))
+            progress(DeployProgress(link.name, 1, 1, phase=DeployPhase.READY))
         return dict(reply.meta)
     raise DeployError(f"worker {link.name!r} kept reporting missing files")

@@ -18,7 +18,7 @@ from fleetgui.fleet.deploy import ProgressCallback
 from fleetgui.fleet.info_probe import probe
 from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
-from fleetgui.fleet.secure_socket import SecureClient
+from fleetgui.fleet.pairing import pair_with_code
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.fleet.worker_info import WorkerInfo
 
@@ -94,11 +94,6 @@ async def pair_worker(
     host, port = parse_address(address)
     info = await probe(host, port, timeout_s)
     (known or KnownWorkers()).check(info.address, info.name, info.public_key)
-    client = SecureClient(identity, info.public_key, name=info.name, timeout_s=timeout_s)
-    try:
-        await client.connect(zmq_endpoint(host, port), timeout_s)
-        await client.pair(code, comment)
-    finally:
-        client.close()
+    await pair_with_code(identity, info, code, comment, timeout_s)
     log.warning("paired with worker %s at %s", info.name, info.address)
     return info

@@ -1,6 +1,7 @@
-"""Does a worker trust this coordinator, and pairing with the code a worker shows.
+"""Does a worker trust this coordinator, and pairing with the code a worker shows (the app's
+Pair button and ``fleetgui pair`` alike).
 
-Both open a short-lived CURVE connection with the app's coordinator identity to the worker's
+Both open a short-lived CURVE connection with the coordinator's identity to the worker's
 pinned key. A worker refuses an unknown key in the handshake (``WorkerRefusedKeyError``), except
 while it shows a pairing code: then it admits the handshake but answers everything except PAIR
 with ``unauthorized``. Either way the coordinator is *not paired*.
@@ -9,7 +10,6 @@ with ``unauthorized``. Either way the coordinator is *not paired*.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 CHECK_TIMEOUT_S = 5.0
 
 
-class NotPairingError(FleetguiError):
-    """The worker is not showing a pairing code."""
+class NotPairingError(WorkerRefusedKeyError):
+    """The worker refused the key because it is not showing a pairing code."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +69,15 @@ async def check_paired(
 
 
 async def pair_with_code(
-    identity: KeyPair, info: WorkerInfo, code: str, timeout_s: float = CHECK_TIMEOUT_S
+    identity: KeyPair,
+    info: WorkerInfo,
+    code: str,
+    comment: str = "",
+    timeout_s: float = CHECK_TIMEOUT_S,
 ) -> None:
-    """Present the worker's one-time ``code``; raises a ``FleetguiError`` that says what to do
-    (``PairingError`` for a wrong or expired code, :class:`NotPairingError`)."""
-    if not code.strip():
-        raise FleetguiError(
-            f"enter the pairing code worker {info.name!r} shows (start it with "
-            "`fleetgui worker --pair`), then press Pair"
-        )
+    """Present the worker's one-time ``code`` (``comment`` goes beside the key in the worker's
+    trusted keys); raises a ``FleetguiError`` that says what to do (``PairingError`` for a
+    wrong or expired code, :class:`NotPairingError`)."""
     client = _client(identity, info, timeout_s)
     try:
         try:
@@ -87,7 +87,7 @@ async def pair_with_code(
                 f"worker {info.name!r} is not pairing: restart it with `fleetgui worker --pair` "
                 "and enter the code it shows"
             ) from exc
-        await client.pair(code.strip(), comment=f"coordinator@{socket.gethostname()}")
+        await client.pair(code.strip(), comment)
     finally:
         client.close()
     log.info("paired with worker %s", info.name)

@@ -3,6 +3,7 @@ to, how to run them, and each worker's status as the coordinator sees it."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,4 +56,21 @@ class WorkerLinkStatus:
         return cls(link.name, link.lost, link.rtt_ms, free, stages, link.last_seen)
 
 
-FleetEvent = Callable[[str, str, str], None]  # (worker name, status, reason)
+class LinkState(enum.StrEnum):
+    """A worker's state in a session, as its events report it (``FleetEvent``)."""
+
+    ONLINE = "online"  # connected, holding nothing the ring uses (or a spare)
+    LOADING = "loading"  # loading its stages
+    BUSY = "busy"  # running its stages in the ring
+    LOST = "lost"  # stopped answering; retried in the background
+
+
+class LinkReason(enum.StrEnum):
+    """The fixed reasons an event may give; the others are free text (why a worker was lost,
+    which stages it loads)."""
+
+    REJOINED = "rejoined"  # a lost worker answered again and is a spare now
+    SPARE_AFTER_REPLANNING = "spare after re-planning"  # a rebalance left it out of the ring
+
+
+FleetEvent = Callable[[str, LinkState, str], None]  # (worker name, state, reason)

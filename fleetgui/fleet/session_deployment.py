@@ -26,6 +26,7 @@ from fleetgui.fleet.deploy import ProgressCallback, load_stages
 from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.ring_route import Ring
 from fleetgui.fleet.ring_setup import CoordinatorStages, link_members
+from fleetgui.fleet.session_config import LinkReason, LinkState
 from fleetgui.runtime.loader import safe_stage_config
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class SessionDeployment:
         self._dropped.discard(member.name)
         assert self.export_dir is not None and self.manifest is not None
         session = self.session
-        session.reporter.event(member.name, "loading", f"stages {list(member.indices)}")
+        session.reporter.event(member.name, LinkState.LOADING, f"stages {list(member.indices)}")
         await load_stages(
             session.links[member.name],
             self.export_dir,
@@ -129,7 +130,7 @@ class SessionDeployment:
             threads=session.config.worker_threads,
             precision=session.config.worker_precision,
         )
-        session.reporter.event(member.name, "busy", f"stages {list(member.indices)}")
+        session.reporter.event(member.name, LinkState.BUSY, f"stages {list(member.indices)}")
 
     async def _setup_ring(self, assignment: Assignment) -> Ring:
         self._epoch += 1
@@ -173,4 +174,4 @@ class SessionDeployment:
                 await link.call(Message(Op.UNLOAD))
             except FleetguiError as exc:
                 log.warning("worker %s did not unload: %s", name, exc)
-            session.reporter.event(name, "online", "spare after re-planning")
+            session.reporter.event(name, LinkState.ONLINE, LinkReason.SPARE_AFTER_REPLANNING)

@@ -1,12 +1,12 @@
 """What a coordinator session tells about its workers: each change as it happens (the
-session's ``on_event``: online, loading, busy, lost, with a reason) and, when asked, a worker's
-:class:`~fleetgui.fleet.session_config.WorkerLinkStatus`."""
+session's ``on_event``: a :class:`~fleetgui.fleet.session_config.LinkState` and a reason) and,
+when asked, a worker's :class:`~fleetgui.fleet.session_config.WorkerLinkStatus`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleetgui.fleet.session_config import WorkerLinkStatus
+from fleetgui.fleet.session_config import LinkState, WorkerLinkStatus
 
 if TYPE_CHECKING:
     from fleetgui.fleet.coordinator import FleetSession
@@ -19,11 +19,11 @@ class StatusReporter:
     def __init__(self, session: FleetSession) -> None:
         self.session = session
 
-    def event(self, name: str, status: str, reason: str = "") -> None:
-        """Tell the session's ``on_event`` (if any) that worker ``name`` is now ``status``."""
+    def event(self, name: str, state: LinkState, reason: str = "") -> None:
+        """Tell the session's ``on_event`` (if any) that worker ``name`` is now ``state``."""
         on_event = self.session.on_event
         if on_event is not None:
-            on_event(name, status, reason)
+            on_event(name, state, reason)
 
     def worker(self, name: str) -> WorkerLinkStatus:
         """:meth:`FleetSession.worker_status`."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.protocol import Message, Op
-from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.fleet.session_config import LinkReason, LinkState, WorkerEndpoint
 
 if TYPE_CHECKING:
     from fleetgui.fleet.coordinator import FleetSession
@@ -62,7 +62,7 @@ class SessionWorkers:
             raise
         self.links[endpoint.name] = link
         self.endpoints[endpoint.name] = endpoint
-        self.session.reporter.event(endpoint.name, "online")
+        self.session.reporter.event(endpoint.name, LinkState.ONLINE)
         return link
 
     def _new_link(self, endpoint: WorkerEndpoint) -> WorkerLink:
@@ -78,7 +78,7 @@ class SessionWorkers:
         )
 
     def _on_lost(self, link: WorkerLink, reason: str) -> None:
-        self.session.reporter.event(link.name, "lost", reason)
+        self.session.reporter.event(link.name, LinkState.LOST, reason)
         ring = self.session.ring
         if ring is not None and link in ring.members:
             error = WorkerLostError(link.name, reason)
@@ -108,7 +108,7 @@ class SessionWorkers:
                 self.links[name] = link
                 self.session.deployment.add_spare(name)
                 log.warning("worker %s is back; it rejoins as a spare", name)
-                self.session.reporter.event(name, "online", "rejoined")
+                self.session.reporter.event(name, LinkState.ONLINE, LinkReason.REJOINED)
                 return
         finally:
             self._rejoin.pop(name, None)

@@ -9,7 +9,7 @@ OpenVINO and torch and is not imported here.
 
 from fleetgui.planner.baselines import brute_force, compute_proportional, memory_proportional
 from fleetgui.planner.fixed_stages import PlanMismatchError, plan_fixed_stages, stage_groups
-from fleetgui.planner.layout import Alternative, Layout
+from fleetgui.planner.layout import Alternative, Layout, LayoutKind
 from fleetgui.planner.layouts import candidate_layouts, plan_layout
 from fleetgui.planner.model_profile import ModelProfile, ModelProfileError, load_model_profile
 from fleetgui.planner.plan import LeftOut, Plan, PlanConfig, StageAssignment
@@ -32,6 +32,7 @@ __all__ = [
     "DeviceProfile",
     "DevicesFileError",
     "Layout",
+    "LayoutKind",
     "LeftOut",
     "MachineProfile",
     "ModelProfile",

@@ -10,6 +10,7 @@ group's plan is made for its users (``plan.streams``), so its KV caches are thos
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,19 +21,26 @@ from fleetgui.planner.plan import LeftOut, Plan, left_out_lines
 
 log = logging.getLogger(__name__)
 
-KINDS = ("pipeline", "pipelines", "copies", "mixed")
 TABLE_ALTERNATIVES = 8  # the best alternatives the table lists; a big fleet has dozens
 
 
-def kind_of(groups: Sequence[Plan]) -> str:
-    """ "copies" when every group is one PC, "pipeline" for one group over several PCs,
-    "pipelines" for several such groups, "mixed" for copies beside pipelines."""
+class LayoutKind(enum.StrEnum):
+    """What a layout's groups are (:func:`kind_of`)."""
+
+    PIPELINE = "pipeline"  # one group over several PCs
+    PIPELINES = "pipelines"  # several such groups
+    COPIES = "copies"  # every group is one PC
+    MIXED = "mixed"  # copies beside pipelines
+
+
+def kind_of(groups: Sequence[Plan]) -> LayoutKind:
+    """The kind of a layout of ``groups`` (see :class:`LayoutKind`)."""
     singles = [len(g.stages) == 1 for g in groups]
     if all(singles):
-        return "copies"
+        return LayoutKind.COPIES
     if len(groups) == 1:
-        return "pipeline"
-    return "mixed" if any(singles) else "pipelines"
+        return LayoutKind.PIPELINE
+    return LayoutKind.MIXED if any(singles) else LayoutKind.PIPELINES
 
 
 def describe(groups: Sequence[Plan]) -> str:
@@ -44,15 +52,15 @@ def _headline(groups: Sequence[Plan]) -> str:
     kind = kind_of(groups)
     copies = sum(1 for g in groups if len(g.stages) == 1)
     pipelines = len(groups) - copies
-    if kind == "copies":
+    if kind is LayoutKind.COPIES:
         return (
             "a whole copy of the model on one PC"
             if copies == 1
             else (f"{copies} whole copies of the model, one per PC")
         )
-    if kind == "pipeline":
+    if kind is LayoutKind.PIPELINE:
         return f"one pipeline over {len(groups[0].stages)} PCs"
-    if kind == "pipelines":
+    if kind is LayoutKind.PIPELINES:
         return f"{pipelines} independent pipelines"
     return f"{copies} whole cop{'y' if copies == 1 else 'ies'} and {pipelines} pipeline(s)"
 
@@ -62,7 +70,7 @@ class Alternative:
     """A layout considered and not chosen, with its figures for the same users and why."""
 
     description: str  # e.g. "copies: desk | laptop", or what was tried when nothing fit
-    kind: str  # one of KINDS, or "" when it does not fit
+    kind: LayoutKind | None  # None: it does not fit
     predicted_tokens_per_s: float | None  # aggregate for the users; None: it does not fit
     slowest_user_tokens_per_s: float | None
     reason: str  # why it lost: fewer tokens/s, below the floor, does not fit, ...
@@ -70,7 +78,7 @@ class Alternative:
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "description": self.description,
-            "kind": self.kind or None,
+            "kind": self.kind,
             "predicted_tokens_per_s": _rounded(self.predicted_tokens_per_s),
             "slowest_user_tokens_per_s": _rounded(self.slowest_user_tokens_per_s),
             "reason": self.reason,
@@ -113,7 +121,7 @@ class Layout:
             raise ValueError(f"groups must not share a PC: {self.devices}")
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> LayoutKind:
         return kind_of(self.groups)
 
     @property

@@ -125,7 +125,7 @@ class _Fleet:
         if holds:
             out.append(_Candidate("whole copies", tuple((d,) for d in holds), outside))
         else:
-            notes.append(Alternative("whole copies", "", None, None, "no PC can hold one"))
+            notes.append(Alternative("whole copies", None, None, None, "no PC can hold one"))
         for k in range(1, len(rest) + 1) if holds else ():
             pools = self.split(rest, k, self.need(len(holds) + k))
             if pools is None:
@@ -142,7 +142,7 @@ class _Fleet:
                     if k == 2 and members == everyone:
                         notes.append(
                             Alternative(
-                                "2 pipelines", "", None, None,
+                                "2 pipelines", None, None, None,
                                 "the PCs do not split into 2 groups that each hold the model",
                             )
                         )  # fmt: skip
@@ -262,7 +262,7 @@ def candidate_layouts(
         layouts = [fleet.build(candidate, floor_tok_s, spread) for spread in spreads]
         if layouts[0] is None:
             reason = f"does not fit in memory for {users} user(s)"
-            notes.append(Alternative(candidate.label, "", None, None, reason))
+            notes.append(Alternative(candidate.label, None, None, None, reason))
         for layout in layouts:
             if layout is None:
                 continue

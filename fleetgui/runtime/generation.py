@@ -7,6 +7,7 @@ pipeline alike: the options of a request, the text deltas of a stream and its re
 from __future__ import annotations
 
 import contextlib
+import enum
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +42,15 @@ class TokenDelta:
     token_ids: tuple[int, ...]
 
 
+class FinishReason(enum.StrEnum):
+    """Why a generation ended."""
+
+    EOS = "eos"  # an end-of-sequence (end-of-turn) token
+    STOP = "stop"  # one of the request's stop strings
+    MAX_TOKENS = "max_tokens"  # the request's token limit
+    CONTEXT = "context"  # the model's context is full
+
+
 @dataclass
 class GenerationResult:
     stream_id: int
@@ -51,7 +61,7 @@ class GenerationResult:
     ttft_ms: float
     tokens_per_s: float  # decode rate: tokens after the first / time after the first
     acceptance_rate: float | None
-    finish_reason: str  # "eos", "stop", "max_tokens" or "context"
+    finish_reason: FinishReason
     ks: list[int] = field(default_factory=list)  # K of each speculative round
     plain_steps: int = 0  # speculative mode's plain steps (K auto off, or nothing proposed)
 

@@ -8,7 +8,12 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Collection
 
-from fleetgui.runtime.generation import GenerationError, GenerationResult, TokenDelta
+from fleetgui.runtime.generation import (
+    FinishReason,
+    GenerationError,
+    GenerationResult,
+    TokenDelta,
+)
 from fleetgui.runtime.metrics import MetricsBus, RequestFinished
 from fleetgui.runtime.speculative import Drafter
 from fleetgui.runtime.speculative_round import speculative_step
@@ -73,7 +78,7 @@ class StreamGeneration:
         self.count_tokens = count_tokens
         self.started = time.perf_counter()
         self.first_at: float | None = None  # when the first token was committed
-        self.finish = "max_tokens"
+        self.finish = FinishReason.MAX_TOKENS
 
     async def deltas(self) -> AsyncGenerator[TokenDelta, None]:
         """The text (and token ids) each step adds, as it is accepted; closing this closes
@@ -91,12 +96,12 @@ class StreamGeneration:
                 if delta or new_tokens:
                     yield TokenDelta(stream.id, delta, tuple(new_tokens))
                 if text.stopped:
-                    finish_now = "stop"
+                    finish_now = FinishReason.STOP
                 if finish_now:
                     self.finish = finish_now
                     break
                 if stream.room(self.context_limit) <= 0:
-                    self.finish = "context"
+                    self.finish = FinishReason.CONTEXT
                     break
                 step_started = time.perf_counter()
         tail = text.flush()

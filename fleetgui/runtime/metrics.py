@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetgui.runtime.generation import FinishReason
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class RequestFinished:
     ttft_ms: float
     tokens_per_s: float
     acceptance_rate: float | None
-    finish_reason: str
+    finish_reason: FinishReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fleetgui.runtime.auto_k import AutoK
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.runtime.generation import FinishReason, GenerationOptions
 from fleetgui.runtime.sequence import FedTokens
 from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
 
@@ -42,18 +42,20 @@ class StreamState:
         params = self.options.sampling
         return GreedyHead() if params.greedy else SampleHead(params, float(self.rng.random()))
 
-    def commit(self, tokens: list[int], eos_ids: Collection[int]) -> tuple[list[int], str]:
+    def commit(
+        self, tokens: list[int], eos_ids: Collection[int]
+    ) -> tuple[list[int], FinishReason | None]:
         """Append ``tokens`` up to EOS and the token limit; the tokens taken and the finish
-        reason ("eos", "max_tokens", or "" to go on)."""
+        reason (EOS, MAX_TOKENS, or None to go on)."""
         taken: list[int] = []
         limit = self.options.max_new_tokens
         for token in tokens:
             if token in eos_ids:
                 self.committed += taken
-                return taken, "eos"
+                return taken, FinishReason.EOS
             taken.append(token)
             if len(self.generated) + len(taken) >= limit:
                 self.committed += taken
-                return taken, "max_tokens"
+                return taken, FinishReason.MAX_TOKENS
         self.committed += taken
-        return taken, ""
+        return taken, None

@@ -69,8 +69,8 @@ log = logging.getLogger(__name__)
 class DeploymentController(QObject):
     """The model and deployment workflow behind the deployment view."""
 
-    model_changed = Signal(str, str)  # folder, kind
-    state_changed = Signal(str)  # JobState value
+    model_changed = Signal(str, object)  # folder, ModelKind
+    state_changed = Signal(object)  # JobState
     export_progress = Signal(int, int, str)  # step, total, message
     export_finished = Signal(str)  # export folder
     plan_ready = Signal(object)  # Plan
@@ -142,9 +142,9 @@ class DeploymentController(QObject):
     def _chosen(self, folder: Path, kind: ModelKind) -> None:
         """``folder`` is the chosen model now; its previewed plan, if any, is gone."""
         self.model_dir, self.kind, self.plan, self.layout = folder, kind, None, None
-        self.model_changed.emit(str(folder), kind.value)
+        self.model_changed.emit(str(folder), kind)
 
-    def _describe_weights(self, folder: str, kind: str) -> None:
+    def _describe_weights(self, folder: str, kind: ModelKind) -> None:
         self.weights_described.emit(weights_text(Path(folder), kind))
 
     # -- jobs ---------------------------------------------------------------------------------

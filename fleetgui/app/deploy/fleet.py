@@ -70,9 +70,9 @@ def ring_order(endpoints: Sequence[WorkerEndpoint], plan: Plan | None) -> list[s
 def app_progress(step: fleet_deploy.DeployProgress) -> DeployProgress:
     """A fleet deployment step as the deployment view's progress bar shows it."""
     match step.phase:
-        case "load":
+        case fleet_deploy.DeployPhase.LOAD:
             return DeployProgress(step.worker, "loading the stages", 99, 100)
-        case "ready":
+        case fleet_deploy.DeployPhase.READY:
             return DeployProgress(step.worker, "ready", 1, 1)
     if step.total == 0:
         return DeployProgress(step.worker, "files already there", 0, 100)

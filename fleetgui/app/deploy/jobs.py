@@ -22,7 +22,7 @@ from fleetgui.app.tasks import spawn
 log = logging.getLogger(__name__)
 
 
-class JobState(enum.Enum):
+class JobState(enum.StrEnum):
     IDLE = "idle"
     OPENING = "opening"  # a GGUF file or hub id becoming a folder the exporter reads
     EXPORTING = "exporting"
@@ -31,11 +31,11 @@ class JobState(enum.Enum):
 
 
 class JobRunner:
-    """One job at a time; the callbacks get the state's value and the messages to show."""
+    """One job at a time; the callbacks get the state and the messages to show."""
 
     def __init__(
         self,
-        on_state: Callable[[str], None],
+        on_state: Callable[[JobState], None],
         on_failed: Callable[[str], None],
         on_cancelled: Callable[[str], None],
     ) -> None:
@@ -53,7 +53,7 @@ class JobRunner:
 
     def set_state(self, state: JobState) -> None:
         self.state = state
-        self._on_state(state.value)
+        self._on_state(state)
 
     def start(self, state: JobState, job: Coroutine[Any, Any, None]) -> bool:
         """Run ``job`` in state ``state``; False (and a message) while another job runs."""

@@ -15,7 +15,7 @@ from fleetgui.export.quality import weights_label
 log = logging.getLogger(__name__)
 
 
-class ModelKind(enum.Enum):
+class ModelKind(enum.StrEnum):
     EXPORT = "fleetgui export"
     HUGGINGFACE = "HuggingFace model"
 
@@ -57,10 +57,10 @@ def model_kind(folder: Path) -> ModelKind:
     )
 
 
-def weights_text(folder: Path, kind: str) -> str:
+def weights_text(folder: Path, kind: ModelKind) -> str:
     """An export's weight format and verified quality ("int8 · top-1 99.2 %"); "" for a
     HuggingFace model, or an export whose manifest cannot be read."""
-    if kind != ModelKind.EXPORT.value:
+    if kind is not ModelKind.EXPORT:
         return ""
     try:
         manifest = read_manifest(folder)

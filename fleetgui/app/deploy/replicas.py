@@ -16,7 +16,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fleetgui.app.deploy.interfaces import DeployProgress, DeployRequest, ProgressCallback
 from fleetgui.app.plan_preview import export_stages
@@ -25,6 +25,7 @@ from fleetgui.errors import FleetguiError
 if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the dashboard
     from fleetgui.fleet.coordinator import FleetSession
     from fleetgui.fleet.keys import KeyPair
+    from fleetgui.fleet.link import WorkerLink
     from fleetgui.fleet.replicas import ReplicatedPipeline
     from fleetgui.fleet.session_config import (
         CoordinatorConfig,
@@ -46,7 +47,7 @@ class ReplicaSessions:
         self.sessions = list(sessions)
 
     @property
-    def links(self) -> dict[str, Any]:
+    def links(self) -> dict[str, WorkerLink]:
         return {name: link for s in self.sessions for name, link in s.links.items()}
 
     def worker_status(self, name: str) -> WorkerLinkStatus:
@@ -94,6 +95,7 @@ async def deploy_replicas(
     one); their session events go to ``on_event`` from then on. A failed or cancelled
     deployment leaves every one of those workers unloaded."""
     from fleetgui.fleet.replicas import open_copies
+    from fleetgui.fleet.session_config import LinkState
 
     groups = [pick_endpoints(usable, names) for names in request.groups]
     endpoints = [endpoint for group in groups for endpoint in group]
@@ -117,7 +119,7 @@ async def deploy_replicas(
         for member in members:
             start, end = stages[member.indices[0]][0], stages[member.indices[-1]][1]
             role = "a whole copy" if len(members) == 1 else f"replica {replica.name}"
-            on_event(member.name, "busy", f"{role} (layers {start}-{end - 1})")
+            on_event(member.name, LinkState.BUSY, f"{role} (layers {start}-{end - 1})")
             progress(DeployProgress(member.name, "ready", 1, 1))
     return pipeline
 

@@ -8,6 +8,7 @@ window, so Qt drops its connections to the session when the window goes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject
 
@@ -31,11 +32,11 @@ class ChatPresenter(QObject):
         self.messages = messages
         self.current_conversation: str | None = None
         view.new_requested.connect(self._new_conversation)
-        view.delete_requested.connect(session.delete)
+        view.delete_requested.connect(lambda: self._on_shown(session.delete))
         view.selected.connect(self.select_conversation)
         view.send_requested.connect(self._send)
-        view.stop_requested.connect(session.stop)
-        view.regenerate_requested.connect(session.regenerate)
+        view.stop_requested.connect(lambda: self._on_shown(session.stop))
+        view.regenerate_requested.connect(lambda: self._on_shown(session.regenerate))
         view.sampling_changed.connect(self._set_sampling)
         session.conversations_changed.connect(self.refresh_conversations)
         session.messages_changed.connect(self._on_messages_changed)
@@ -76,16 +77,21 @@ class ChatPresenter(QObject):
         elif self.view.current_id != self.current_conversation:
             self.select_conversation(self.current_conversation)
 
-    def _send(self, conversation_id: str, text: str) -> None:
-        if not conversation_id:  # none selected: the message starts a new conversation
+    def _on_shown(self, action: Callable[[str], object]) -> None:
+        """``action`` on the conversation shown, if there is one."""
+        if self.current_conversation is not None:
+            action(self.current_conversation)
+
+    def _send(self, text: str) -> None:
+        if self.current_conversation is None:  # none shown: the message starts a new one
             self._new_conversation()
-            conversation_id = self.current_conversation or ""
-        if self.session.send(conversation_id, text):
+        if self.session.send(self.current_conversation or "", text):
             self.view.clear_input()
 
-    def _set_sampling(self, conversation_id: str, sampling: SamplingSettings) -> None:
+    def _set_sampling(self, sampling: SamplingSettings) -> None:
+        conversation_id = self.current_conversation
         try:
-            if conversation_id:
+            if conversation_id:  # none shown: the next conversation's settings
                 self.session.set_sampling(conversation_id, sampling)
             else:
                 self.session.set_next_sampling(sampling)

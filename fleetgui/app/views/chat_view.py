@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.chat_format import copied_message
-from fleetgui.app.conversation import ASSISTANT, Conversation, SamplingSettings
+from fleetgui.app.chat_format import copied_reply, reply_to_copy
+from fleetgui.app.conversation import Conversation, SamplingSettings
 from fleetgui.app.theme import colors
 from fleetgui.app.views.transcript import Transcript
 
@@ -34,14 +34,16 @@ ID_ROLE = Qt.ItemDataRole.UserRole
 
 
 class ChatView(QWidget):
+    """The chat tab's widgets. Its requests are about the conversation shown: the
+    :class:`~fleetgui.app.views.chat_presenter.ChatPresenter` knows which one that is."""
+
     new_requested = Signal()
-    delete_requested = Signal(str)
+    delete_requested = Signal()
     selected = Signal(str)  # conversation id
-    send_requested = Signal(str, str)  # conversation id ("" for none: start one), text
-    stop_requested = Signal(str)
-    regenerate_requested = Signal(str)
-    # conversation id ("" for none: the next conversation's settings), SamplingSettings
-    sampling_changed = Signal(str, object)
+    send_requested = Signal(str)  # text
+    stop_requested = Signal()
+    regenerate_requested = Signal()
+    sampling_changed = Signal(object)  # SamplingSettings
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -53,7 +55,7 @@ class ChatView(QWidget):
         new = QPushButton("New chat")
         new.clicked.connect(self.new_requested.emit)
         delete = QPushButton("Delete")
-        delete.clicked.connect(self._delete)
+        delete.clicked.connect(self.delete_requested.emit)
         list_buttons = QHBoxLayout()
         list_buttons.addWidget(new)
         list_buttons.addWidget(delete)
@@ -87,7 +89,7 @@ class ChatView(QWidget):
         layout.addWidget(splitter)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(keys), self, self._send)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self._stop)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.stop_requested.emit)
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
@@ -136,9 +138,9 @@ class ChatView(QWidget):
         self.send_button.clicked.connect(self._send)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Esc")
-        self.stop_button.clicked.connect(self._stop)
+        self.stop_button.clicked.connect(self.stop_requested.emit)
         self.regenerate_button = QPushButton("Regenerate")
-        self.regenerate_button.clicked.connect(self._regenerate)
+        self.regenerate_button.clicked.connect(self.regenerate_requested.emit)
         self.copy_button = QPushButton("Copy reply")
         self.copy_button.clicked.connect(self.copy_reply)
         self.state = QLabel()
@@ -162,22 +164,10 @@ class ChatView(QWidget):
         if item is not None and not self._updating:
             self.selected.emit(str(item.data(ID_ROLE)))
 
-    def _delete(self) -> None:
-        if self.current_id:
-            self.delete_requested.emit(self.current_id)
-
     def _send(self) -> None:
         text = self.input.toPlainText()
-        if text.strip():  # with no conversation selected, the message starts one
-            self.send_requested.emit(self.current_id or "", text)
-
-    def _stop(self) -> None:
-        if self.current_id:
-            self.stop_requested.emit(self.current_id)
-
-    def _regenerate(self) -> None:
-        if self.current_id:
-            self.regenerate_requested.emit(self.current_id)
+        if text.strip():
+            self.send_requested.emit(text)
 
     def copy_reply(self) -> None:
         """Copy the selected text, or else the last reply (its markdown), to the clipboard."""
@@ -185,17 +175,16 @@ class ChatView(QWidget):
         # the selection's plain text: selectedText() would have U+2029 where lines break
         text = cursor.selection().toPlainText() if cursor.hasSelection() else ""
         if not text and self.conversation is not None:
-            replies = [m.text for m in self.conversation.messages if m.role == ASSISTANT]
-            text = self.reply if self.reply else (replies[-1] if replies else "")
+            text = reply_to_copy(self.conversation.messages, self.reply)
         if text:
             QGuiApplication.clipboard().setText(text)
 
     def _on_link(self, url: QUrl) -> None:
-        """A reply's Copy link: copy that reply's text (its markdown, not the rendered HTML)."""
-        index = copied_message(url.toString())
+        """A reply's Copy link: copy that reply's text."""
         messages = self.conversation.messages if self.conversation is not None else []
-        if index is not None and index < len(messages) and messages[index].role == ASSISTANT:
-            QGuiApplication.clipboard().setText(messages[index].text)
+        text = copied_reply(url.toString(), messages)
+        if text is not None:
+            QGuiApplication.clipboard().setText(text)
 
     def _sampling_changed(self) -> None:
         if self._updating:
@@ -208,7 +197,7 @@ class ChatView(QWidget):
             seed=None if seed < 0 else seed,
             max_new_tokens=self.max_tokens.value(),
         )
-        self.sampling_changed.emit(self.current_id or "", settings)
+        self.sampling_changed.emit(settings)
 
     # -- slots --------------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
 )
 
 from fleetgui.app.deploy.interfaces import DeployProgress
+from fleetgui.app.deploy.jobs import JobState
+from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.settings import WEIGHTS
 from fleetgui.app.views.library_view import LibraryView
 from fleetgui.app.views.mode_panel import ModePanel
@@ -76,6 +78,7 @@ class DeploymentView(QWidget):
         browse_gguf = QPushButton("Choose GGUF file…")
         browse_gguf.clicked.connect(self._browse_gguf)
         self.kind = QLabel("no model chosen")
+        self._exportable = True  # the chosen model is not an export already
         row = QHBoxLayout()
         row.addWidget(self.folder, 1)
         row.addWidget(browse)
@@ -182,22 +185,23 @@ class DeploymentView(QWidget):
 
     # -- slots --------------------------------------------------------------------------------
 
-    def on_model_changed(self, folder: str, kind: str) -> None:
+    def on_model_changed(self, folder: str, kind: ModelKind) -> None:
         self.folder.setText(folder)
-        self.kind.setText(f"{Path(folder).name}: {kind}")
-        self.export_button.setEnabled(kind != "fleetgui export")
+        self.kind.setText(f"{Path(folder).name}: {kind.value}")
+        self._exportable = kind is not ModelKind.EXPORT
+        self.export_button.setEnabled(self._exportable)
         self.plan_table.setRowCount(0)
         self.plan_summary.setText("press Preview plan to see which PC gets which layers")
         self.left_out.clear()
         self.layer_times.clear()
         self.layout_info.clear()
 
-    def on_state(self, state: str) -> None:
-        busy = state != "idle"
-        self.status.setText(state)
+    def on_state(self, state: JobState) -> None:
+        busy = state is not JobState.IDLE
+        self.status.setText(state.value)
         self.cancel_button.setEnabled(busy)
         self.deploy_button.setEnabled(not busy)
-        self.export_button.setEnabled(not busy and not self.kind.text().endswith("export"))
+        self.export_button.setEnabled(not busy and self._exportable)
         self.library.set_busy(busy)
         if busy:
             self.progress.setRange(0, 0)  # busy indicator until a step is reported

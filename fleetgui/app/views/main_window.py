@@ -23,6 +23,7 @@ from fleetgui.app.bench_record import bench_settings
 from fleetgui.app.core import AppCore
 from fleetgui.app.deploy.replicas import replica_text
 from fleetgui.app.errors import user_message
+from fleetgui.app.inference import PipelineState
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
 from fleetgui.app.theme import ThemeWatcher
@@ -220,12 +221,14 @@ class MainWindow(QMainWindow):
     def _show_mode(self, mode: ModeSettings) -> None:
         self.mode_state.setText(f"Mode: {mode}")
 
-    def _show_pipeline_state(self, state: str) -> None:
-        self.pipeline_state.setText(f"Model: {state}")
-        if state == "no model":
+    def _show_pipeline_state(self, state: PipelineState) -> None:
+        ready = state is PipelineState.READY
+        text = f"ready: {self.core.inference.description}" if ready else state.value
+        self.pipeline_state.setText(f"Model: {text}")
+        if state is PipelineState.NO_MODEL:
             self.deploy_view.on_unloaded()
         # first run, or the model unloaded: the library says where to start
-        self.deploy_view.library.set_first_run(state == "no model")
+        self.deploy_view.library.set_first_run(state is PipelineState.NO_MODEL)
 
     def _serve_api(self, on: bool) -> None:
         spawn(self.core.api.start() if on else self.core.api.stop(), "switch the API")
