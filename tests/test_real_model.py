@@ -102,19 +102,19 @@ def test_two_worker_processes_give_the_same_text(
     addresses = ",".join(w.address for w in workers)
     common = ["--workers", addresses, "--identity", str(root / "coordinator"), "--threads", "1"]
     in_process = run_cli(
-        root / "home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
+        root / "home", "generate", str(exports[2]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json",
     )  # fmt: skip
     local = _records(in_process)
     for mode in MODES[:2]:
         run = run_cli(
-            root / "fleet-home", "generate", str(exports[3]), "--prompt", PROMPTS[0],
+            root / "fleet-home", "generate", str(exports[2]), "--prompt", PROMPTS[0],
             "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *mode, *common,
         )  # fmt: skip
         (record,) = _records(run)
         assert record["token_ids"] == references[PROMPTS[0]], mode
     chat = run_cli(
-        root / "fleet-home", "generate", str(exports[3]), "--chat", "--prompt", QUESTION,
+        root / "fleet-home", "generate", str(exports[2]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json", *common,
     )  # fmt: skip
     (record,) = _records(chat)
