@@ -104,24 +104,14 @@ def sweep_plan(
     tokenizer: Tokenizer, chosen: list[Configuration], settings: BenchSettings
 ) -> SweepPlan:
     """The plan at the one delay, prompted as the CLI prompts (in worker threads: it encodes)."""
-    from fleetgui.bench.prompts import request_texts
-    from fleetgui.bench.sweep import SweepPlan
-    from fleetgui.runtime.chat_prompt import ChatPrompter
-    from fleetgui.runtime.chat_template import ChatTemplateError
+    from fleetgui.bench.sweep import plan_sweep
 
-    try:
-        prompter: ChatPrompter | None = ChatPrompter.for_tokenizer(tokenizer)
-    except ChatTemplateError as exc:
-        log.info("bench prompts sent as they are: %s", exc)
-        prompter = None
-    return SweepPlan(
-        configurations=chosen,
+    return plan_sweep(
+        tokenizer,
+        chosen,
         delays=[DELAY],
         repeats=settings.repeats,
         tokens=settings.tokens,
-        prompts=request_texts(prompter),
-        length_prompts={},
-        stop_strings=() if prompter is None or prompter.is_fallback else prompter.stop_strings,
         where=WHERE,
     )
 

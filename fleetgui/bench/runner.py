@@ -21,10 +21,9 @@ from fleetgui.bench.machine import machine_record, versions_record
 from fleetgui.bench.netns import Shape
 from fleetgui.bench.options import BenchOptions
 from fleetgui.bench.progress import Progress, Write
-from fleetgui.bench.prompts import prompt_of_length, request_texts
 from fleetgui.bench.report import RunInfo
 from fleetgui.bench.results import Results
-from fleetgui.bench.sweep import Sweep, SweepPlan
+from fleetgui.bench.sweep import Sweep, plan_sweep
 from fleetgui.export.manifest import Manifest, read_manifest
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.keys import KeyPair
@@ -33,7 +32,6 @@ from fleetgui.runtime.draft_source import DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig, context_limit_of, load_draft
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.speculative import Drafter
-from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +251,14 @@ class BenchRun:
                 drafters[label] = await asyncio.to_thread(
                     load_draft, source, manifest, pipeline.tokenizer, config.local, ov.Core()
                 )
-            plan = await asyncio.to_thread(self._plan, pipeline.tokenizer)
+            plan = await asyncio.to_thread(
+                plan_sweep,
+                pipeline.tokenizer,
+                self.configurations,
+                delays=self.options.delays,
+                repeats=self.options.repeats,
+                tokens=self.options.tokens,
+            )
             baseline = Baseline(target.baseline_dir) if target.baseline_dir else None
             progress = Progress(plan.steps())
             if self.progress_write is not None:
@@ -277,21 +282,6 @@ class BenchRun:
             if pipeline is not None:
                 await pipeline.close()
             await session.close()
-
-    def _plan(self, tokenizer: Tokenizer) -> SweepPlan:
-        from fleetgui.runtime.chat_prompt import ChatPrompter
-
-        prompter = ChatPrompter.for_tokenizer(tokenizer)
-        lengths = {c.prompt_tokens for c in self.configurations if c.prompt_tokens}
-        return SweepPlan(
-            configurations=self.configurations,
-            delays=list(self.options.delays),
-            repeats=self.options.repeats,
-            tokens=self.options.tokens,
-            prompts=request_texts(prompter),
-            length_prompts={n: prompt_of_length(tokenizer, n) for n in lengths},
-            stop_strings=() if prompter.is_fallback else prompter.stop_strings,
-        )
 
 
 def _no_delay(delay_ms: float) -> None:

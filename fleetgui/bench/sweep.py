@@ -27,7 +27,7 @@ from fleetgui.bench.baseline import Baseline
 from fleetgui.bench.configurations import Configuration, Mode
 from fleetgui.bench.measure import RunFigures, measure
 from fleetgui.bench.progress import Progress
-from fleetgui.bench.prompts import pick
+from fleetgui.bench.prompts import pick, prompt_of_length, request_texts
 from fleetgui.bench.results import Results
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.protocol import Message, Op
@@ -35,6 +35,7 @@ from fleetgui.runtime.auto_k import AutoK
 from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.speculative import Drafter
+from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,39 @@ class SweepPlan:
         per_repeat = sum(c.runs_at(d) for c in self.configurations for d in self.delays)
         per_repeat += sum(not c.per_delay for c in self.configurations)
         return per_repeat * self.repeats
+
+
+def plan_sweep(
+    tokenizer: Tokenizer,
+    configurations: list[Configuration],
+    *,
+    delays: Sequence[float],
+    repeats: int,
+    tokens: int,
+    where: str = "",
+) -> SweepPlan:
+    """The plan for ``configurations``, its requests rendered in the model's chat template (sent
+    as they are when the template cannot be read) and TTFT's prompts made to their lengths.
+    Encodes text: call it in a worker thread from a running event loop."""
+    from fleetgui.runtime.chat_prompt import ChatPrompter
+    from fleetgui.runtime.chat_template import ChatTemplateError
+
+    try:
+        prompter: ChatPrompter | None = ChatPrompter.for_tokenizer(tokenizer)
+    except ChatTemplateError as exc:
+        log.info("bench prompts sent as they are: %s", exc)
+        prompter = None
+    lengths = {c.prompt_tokens for c in configurations if c.prompt_tokens}
+    return SweepPlan(
+        configurations=configurations,
+        delays=list(delays),
+        repeats=repeats,
+        tokens=tokens,
+        prompts=request_texts(prompter),
+        length_prompts={n: prompt_of_length(tokenizer, n) for n in lengths},
+        stop_strings=() if prompter is None or prompter.is_fallback else prompter.stop_strings,
+        where=where,
+    )
 
 
 def rotated(items: Sequence[Configuration], shift: int) -> list[Configuration]:
