@@ -58,8 +58,8 @@ from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
 from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.auto_k import K_MAX, AutoK
 from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
@@ -90,7 +90,7 @@ def fleet_workers(
 @contextlib.contextmanager
 def delay_relays(workers: list[WorkerProcess], delay_ms: float) -> Iterator[list[WorkerEndpoint]]:
     """A delay relay in front of each worker; the endpoints to reach them through it."""
-    from fleetgui.fleet.worker_service import free_port_pair
+    from fleetgui.worker.service import free_port_pair
 
     relays: list[subprocess.Popen[str]] = []
     endpoints = []

@@ -54,10 +54,10 @@ from common import bench_cache, bench_llama, ensure_export, print_figures
 from fleet_support import WorkerProcess, coordinator_identity, worker_process
 
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import WorkerLink
-from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import Message, Op
 from fleetgui.planner import DeviceProfile, ModelProfile, Plan, PlanConfig, solve
 from fleetgui.planner.cost import evaluate, stage_memory_bytes
 from fleetgui.planner.model_profile import load_model_profile

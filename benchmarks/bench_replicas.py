@@ -44,10 +44,10 @@ from fleet_support import WorkerProcess, running_workers
 
 from fleetgui.demo.session import export_real
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.replicas import open_copies
 from fleetgui.fleet.ring_route import RouteConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 
 log = logging.getLogger("bench_replicas")

@@ -19,13 +19,13 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from fleetgui.fleet.forward_codec import (
+from fleetgui.net.forward_codec import (
     encode_forward,
 )
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import encode
-from fleetgui.fleet.secure_socket import SecureClient, SecureServer
-from fleetgui.fleet.trust import Authorizer
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import encode
+from fleetgui.net.secure_socket import SecureClient, SecureServer
+from fleetgui.net.trust import Authorizer
 from fleetgui.runtime.stage import ForwardRequest
 
 N, WARMUP = 3000, 300

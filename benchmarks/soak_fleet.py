@@ -27,9 +27,9 @@ from fleet_support import WorkerProcess, running_workers
 
 from fleetgui.demo.session import export_real
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig

@@ -258,10 +258,10 @@ async def aopen(
             load_local_pipeline, export, draft_dir=draft_source, config=local
         )
         return LLMPipeline(runtime, (), max_streams)
-    from fleetgui.fleet.keys import coordinator_identity, load_identity
     from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list, resolve_workers
     from fleetgui.fleet.replicas import open_copies
     from fleetgui.fleet.session_config import CoordinatorConfig
+    from fleetgui.net.keys import coordinator_identity, load_identity
 
     pair = load_identity(Path(identity)) if identity else coordinator_identity()
     config = CoordinatorConfig(local=local, worker_threads=threads, worker_precision=precision)

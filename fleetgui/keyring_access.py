@@ -3,7 +3,7 @@
 The coordinator's secret key, the API key and the app's other secrets all live under the service
 ``fleetgui``; the entry names (keyring "users") below must never change, or existing users'
 secrets are no longer found. ``keyring`` is imported only when a secret is read or written: a
-worker-only install does not have the package, and worker code imports :mod:`fleetgui.fleet.keys`.
+worker-only install does not have the package, and worker code imports :mod:`fleetgui.net.keys`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import ModuleType
 from fleetgui.errors import FleetguiError
 
 KEYRING_SERVICE = "fleetgui"
-COORDINATOR_SECRET_ENTRY = "coordinator-secret"  # fleet.keys: the coordinator's CURVE secret key
+COORDINATOR_SECRET_ENTRY = "coordinator-secret"  # net.keys: the coordinator's CURVE secret key
 API_KEY_ENTRY = "api-key"  # api.keys and the app's API service: the OpenAI-compatible API's key
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from fleetgui.fleet.keys import KeyPair, write_identity
 from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.net.keys import KeyPair, write_identity
 
 READY_TIMEOUT_S = 60.0
 BUSY_PORT_TRIES = 20  # a restart on its old port waits up to 10 s for the port to be free
@@ -111,7 +111,7 @@ def coordinator_identity(folder: Path) -> KeyPair:
     pair = KeyPair.generate()
     if not (folder / "coordinator.key").exists():
         write_identity(folder, pair)
-    from fleetgui.fleet.keys import load_identity
+    from fleetgui.net.keys import load_identity
 
     return load_identity(folder)
 

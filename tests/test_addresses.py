@@ -9,9 +9,9 @@ import pytest
 
 from fleetgui.addresses import format_address, parse_address, parse_zmq_endpoint, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.worker_info import WorkerInfo
 
 CASES = [  # (host, port, host:port, tcp endpoint)
     ("192.168.1.20", 5555, "192.168.1.20:5555", "tcp://192.168.1.20:5555"),

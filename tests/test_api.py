@@ -305,9 +305,9 @@ def test_four_concurrent_streams_each_get_their_own_text(server: Served) -> None
 @pytest.mark.slow
 def _forwards(worker: WorkerProcess, identity_dir: Path) -> int:
     """FORWARDs ``worker`` has run (its heartbeat says), asked over its encrypted port."""
-    from fleetgui.fleet.keys import load_identity
-    from fleetgui.fleet.protocol import Message, Op
-    from fleetgui.fleet.secure_socket import SecureClient
+    from fleetgui.net.keys import load_identity
+    from fleetgui.net.protocol import Message, Op
+    from fleetgui.net.secure_socket import SecureClient
 
     async def ask() -> int:
         client = SecureClient(load_identity(identity_dir), worker.info["public_key"])

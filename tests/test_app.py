@@ -34,7 +34,7 @@ from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_P
 from fleetgui.app.mode import Mode
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.worker_info import WorkerInfo
 
 TIMEOUT_MS = 60_000
 QtBot = Any  # pytest-qt's fixture

@@ -21,7 +21,7 @@ from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.views.fleet_view import COLUMNS
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.fleet.sysinfo import cpu_model, os_description
+from fleetgui.net.sysinfo import cpu_model, os_description
 
 QtBot = Any  # pytest-qt's fixture
 TIMEOUT_MS = 10_000

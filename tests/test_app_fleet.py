@@ -61,16 +61,16 @@ from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, 
 from fleetgui.app.mode import Mode
 from fleetgui.app.plan_preview import export_stages, rows_of
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.fleet.info_probe import probe
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
 from fleetgui.fleet.profiling import WorkerProfile, choose_probe, profile_here, profile_worker
 from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.net.info_probe import probe
+from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile, Plan
 from fleetgui.planner.fixed_stages import plan_rows
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.loader import load_local_pipeline
+from fleetgui.worker.service import free_port_pair
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from fleetgui.app.deploy.fleet import app_progress, ring_order
 from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.fleet.deploy import DeployPhase, DeployProgress
-from fleetgui.fleet.info_probe import WorkerStatusReason as Reason
 from fleetgui.fleet.session_config import LinkReason, WorkerEndpoint
 from fleetgui.fleet.session_config import LinkState as Link
+from fleetgui.net.info_probe import WorkerStatusReason as Reason
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ from test_app_fleet import (  # noqa: F401
 from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.mode import Mode
 from fleetgui.app.plan_preview import export_stages
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.replicas import ReplicatedPipeline
+from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """Secrets in the OS keyring: the app's ``Secrets`` and the coordinator's secret key
-(``fleet.keys.coordinator_identity``), with the private-file fallback when the keyring refuses.
+(``net.keys.coordinator_identity``), with the private-file fallback when the keyring refuses.
 
 This machine has no Secret Service, so the OS keyring is played by ``OsKeyringStandIn``: an
 in-memory ``keyring`` backend installed with ``keyring.set_keyring`` (the code under test goes
@@ -24,7 +24,7 @@ from keyring.backend import KeyringBackend
 from keyring.errors import KeyringLocked, PasswordDeleteError, PasswordSetError
 
 from fleetgui.app.settings import KEYRING_SERVICE, SecretError, Secrets, Settings
-from fleetgui.fleet.keys import (
+from fleetgui.net.keys import (
     COORDINATOR_KEY,
     COORDINATOR_PUB,
     KEYRING_USER,
@@ -167,7 +167,7 @@ def test_coordinator_key_falls_back_to_a_private_file_when_the_keyring_refuses(
     home: Path, use_keyring: Callable, caplog: pytest.LogCaptureFixture
 ) -> None:
     backend = use_keyring(OsKeyringStandIn(refuse_set=True))
-    with caplog.at_level(logging.WARNING, logger="fleetgui.fleet.keys"):
+    with caplog.at_level(logging.WARNING, logger="fleetgui.net.keys"):
         pair = coordinator_identity()
     assert "cannot store the key in the keyring" in caplog.text
     assert str(home / COORDINATOR_KEY) in caplog.text

@@ -51,7 +51,7 @@ from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.app.worker_status import WorkerRow, WorkerStatus
 from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.runtime.metrics import StageTiming, TransferTiming
 
 STAGES = ((0, 3), (3, 6), (6, 8))

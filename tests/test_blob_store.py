@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fleet_support import mounted_tmpfs
 
-from fleetgui.fleet.blob_store import (
+from fleetgui.worker.blob_store import (
     MAX_FILE_BYTES,
     STALE_PARTIAL_S,
     BlobError,

@@ -19,11 +19,11 @@ import pytest
 import zmq
 from fleet_support import WorkerProcess, coordinator_identity, worker_process
 
-from fleetgui.fleet.connection_guard import MAX_HANDSHAKES_PER_SOURCE, ConnectionGuard
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import DEFAULT_LIMITS, Message, Op, RemoteError
-from fleetgui.fleet.secure_socket import RequestTimeoutError, SecureClient, SecureServer
-from fleetgui.fleet.trust import Authorizer
+from fleetgui.net.connection_guard import MAX_HANDSHAKES_PER_SOURCE, ConnectionGuard
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import DEFAULT_LIMITS, Message, Op, RemoteError
+from fleetgui.net.secure_socket import RequestTimeoutError, SecureClient, SecureServer
+from fleetgui.net.trust import Authorizer
 
 MIB = 1024 * 1024
 STRANGER = "127.0.0.2"
@@ -222,6 +222,6 @@ def test_closing_the_pairing_window_cuts_off_a_strangers_connection(tmp_path: Pa
 
 
 def _hello_ok(message: Message) -> list[bytes | bytearray | memoryview]:
-    from fleetgui.fleet.protocol import encode
+    from fleetgui.net.protocol import encode
 
     return encode(Message(Op.HELLO_OK, request_id=message.request_id))

@@ -33,18 +33,18 @@ from fleet_support import (
 from runtime_support import EXACT, export, reference_greedy
 
 from fleetgui.export.manifest import read_manifest
-from fleetgui.fleet.blob_store import STALE_PARTIAL_S
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.deploy import load_meta, stage_files
-from fleetgui.fleet.forward_codec import result_from_message
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import Flags, Message, Op, RemoteError, encode
-from fleetgui.fleet.secure_socket import SecureClient
 from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.net.forward_codec import result_from_message
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import Flags, Message, Op, RemoteError, encode
+from fleetgui.net.secure_socket import SecureClient
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.stage import ForwardRequest
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+from fleetgui.worker.blob_store import STALE_PARTIAL_S
+from fleetgui.worker.service import free_port_pair
 
 pytestmark = pytest.mark.slow
 

@@ -20,15 +20,16 @@ import zmq.asyncio
 
 from fleetgui.addresses import parse_address
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet import discovery
-from fleetgui.fleet.discovery import (
+from fleetgui.fleet.manual_workers import ManualDiscovery, ManualWorkers, ManualWorkersError
+from fleetgui.net import discovery
+from fleetgui.net.discovery import (
     DiscoveryEvent,
     ZeroconfAdvertiser,
     ZeroconfBrowser,
     decode_txt,
     encode_txt,
 )
-from fleetgui.fleet.info_probe import (
+from fleetgui.net.info_probe import (
     MAX_REQUEST_BYTES,
     PROBE_REQUEST,
     InfoProbeServer,
@@ -37,9 +38,8 @@ from fleetgui.fleet.info_probe import (
     probe,
     probe_status,
 )
-from fleetgui.fleet.manual_workers import ManualDiscovery, ManualWorkers, ManualWorkersError
-from fleetgui.fleet.protocol import PROTOCOL_VERSION
-from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
+from fleetgui.net.protocol import PROTOCOL_VERSION
+from fleetgui.net.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
 
 KEY = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 TIMEOUT_S = 1.0

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from fleetgui.cli import main
-from fleetgui.fleet.forward_codec import encode_forward, request_from_message
-from fleetgui.fleet.keys import (
+from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.net.forward_codec import encode_forward, request_from_message
+from fleetgui.net.keys import (
     KEYRING_SERVICE,
     KEYRING_USER,
     KeyFileError,
@@ -30,15 +31,14 @@ from fleetgui.fleet.keys import (
     worker_identity,
     write_identity,
 )
-from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
-from fleetgui.fleet.protocol import PROTOCOL_VERSION, Message, Op, RemoteError, encode
-from fleetgui.fleet.secure_socket import (
+from fleetgui.net.protocol import PROTOCOL_VERSION, Message, Op, RemoteError, encode
+from fleetgui.net.secure_socket import (
     ConnectError,
     SecureClient,
     SecureServer,
     WorkerRefusedKeyError,
 )
-from fleetgui.fleet.trust import (
+from fleetgui.net.trust import (
     Authorizer,
     PairingCode,
     PairingError,
@@ -140,7 +140,7 @@ def test_coordinator_secret_falls_back_to_private_file(
     set_keyring: Any, fleet_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     set_keyring("none")
-    with caplog.at_level(logging.WARNING, logger="fleetgui.fleet.keys"):
+    with caplog.at_level(logging.WARNING, logger="fleetgui.net.keys"):
         pair = coordinator_identity()
     assert "no usable OS keyring" in caplog.text
     if POSIX:
@@ -153,7 +153,7 @@ def test_coordinator_secret_without_keyring_package(
     monkeypatch: pytest.MonkeyPatch, fleet_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "keyring", None)  # a worker-only install has no keyring
-    with caplog.at_level(logging.WARNING, logger="fleetgui.fleet.keys"):
+    with caplog.at_level(logging.WARNING, logger="fleetgui.net.keys"):
         pair = coordinator_identity()
     assert "keyring package is not installed" in caplog.text
     assert (fleet_home / "coordinator.key").exists()
@@ -396,7 +396,7 @@ def test_unpaired_client_gets_a_clear_refusal(caplog: pytest.LogCaptureFixture) 
         finally:
             client.close()
 
-    with caplog.at_level(logging.WARNING, logger="fleetgui.fleet.secure_socket"):
+    with caplog.at_level(logging.WARNING, logger="fleetgui.net.secure_socket"):
         run_with_server(Authorizer(keys=[KeyPair.generate().public]), body)
     assert "w1 refused a connection from 127.0.0.1" in caplog.text
 
@@ -497,7 +497,7 @@ def test_known_workers_file_is_json(fleet_home: Path) -> None:
 def test_worker_side_imports_stay_lean() -> None:
     """The worker imports these modules; they must not pull in Qt, torch or keyring."""
     code = (
-        "import sys, fleetgui.fleet.secure_socket, fleetgui.fleet.protocol, fleetgui.fleet.keys;"
+        "import sys, fleetgui.net.secure_socket, fleetgui.net.protocol, fleetgui.net.keys;"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'torch', 'PySide6', 'keyring', 'openvino', 'transformers'}))"
     )

@@ -18,10 +18,10 @@ from runtime_support import EXACT_STAGE, export
 
 from fleetgui.export.manifest import FileEntry, Manifest, StageEntry
 from fleetgui.fleet.deploy import push_files
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
 from fleetgui.fleet.profiling import ProfileError, choose_probe, profile_here, profile_worker
-from fleetgui.fleet.protocol import ErrorCode, Message, Op, RemoteError
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import ErrorCode, Message, Op, RemoteError
 
 FAST_LINKS = LinkConfig(heartbeat_interval_s=0.1, lost_after_s=1.0)
 
@@ -260,8 +260,8 @@ def test_a_pc_that_cannot_be_measured_keeps_its_estimate_and_the_preview_says_wh
     pytest.importorskip("PySide6")
     from fleetgui.app.layer_times import measure_devices
     from fleetgui.fleet.session_config import WorkerEndpoint
-    from fleetgui.fleet.worker_service import free_port_pair
     from fleetgui.planner import DeviceProfile
+    from fleetgui.worker.service import free_port_pair
 
     base = [DeviceProfile(n, 8 << 30, 1.0, 1e9) for n in ("here", "p1", "ghost")]
     nobody = f"tcp://127.0.0.1:{free_port_pair()}"  # nothing listens there

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fleetgui.fleet.forward_codec import (
+from fleetgui.net.forward_codec import (
     decode_forward,
     decode_result,
     encode_forward,
     encode_result,
 )
-from fleetgui.fleet.protocol import (
+from fleetgui.net.protocol import (
     HEADER,
     MAGIC,
     PROTOCOL_VERSION,
@@ -37,7 +37,7 @@ from fleetgui.fleet.protocol import (
     error_message,
     raise_if_error,
 )
-from fleetgui.fleet.wire_dtypes import DType
+from fleetgui.net.wire_dtypes import DType
 from fleetgui.runtime.head import SamplingParams, SparseDist
 from fleetgui.runtime.stage import (
     ForwardRequest,

@@ -14,11 +14,11 @@ from runtime_support import EXACT, export, reference_greedy
 
 from fleetgui.fleet.assignment import Assignment, Member
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.info_probe import probe
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig, SpeedMonitor
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.info_probe import probe
+from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile, PlanConfig, load_model_profile
 from fleetgui.planner.model_profile import ModelProfile
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult

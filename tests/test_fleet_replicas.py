@@ -12,10 +12,10 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
 
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig

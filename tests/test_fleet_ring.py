@@ -33,18 +33,18 @@ from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.deploy import DeployProgress, push_files, stage_files
 from fleetgui.fleet.fleet_too_small import FleetTooSmallError
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.protocol import Message, Op, RemoteError
 from fleetgui.fleet.ring_route import RingRoute
-from fleetgui.fleet.secure_socket import SecureClient, WorkerRefusedKeyError
 from fleetgui.fleet.session_config import CoordinatorConfig, LinkReason, LinkState
-from fleetgui.fleet.worker_service import free_port_pair
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import Message, Op, RemoteError
+from fleetgui.net.secure_socket import SecureClient, WorkerRefusedKeyError
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+from fleetgui.worker.service import free_port_pair
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)
@@ -547,7 +547,7 @@ BAD_FRAMES = {
 def _bad_dims(case: str) -> list[bytes]:
     import struct
 
-    from fleetgui.fleet.protocol import HEADER, MAGIC, PROTOCOL_VERSION, TENSOR_DESCRIPTOR
+    from fleetgui.net.protocol import HEADER, MAGIC, PROTOCOL_VERSION, TENSOR_DESCRIPTOR
 
     meta = b"{}"
     op = Op.HELLO if "HELLO" in case else Op.FORWARD

@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from fleetgui import __version__
-from fleetgui.fleet import sysinfo
-from fleetgui.fleet.protocol import PROTOCOL_VERSION
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net import sysinfo
+from fleetgui.net.protocol import PROTOCOL_VERSION
+from fleetgui.net.worker_info import WorkerInfo
 
 KEY = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"  # a Z85 public key (40 characters)
 

@@ -19,13 +19,13 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fleetgui.fleet.forward_codec import (  # noqa: E402
+from fleetgui.net.forward_codec import (  # noqa: E402
     decode_forward,
     decode_result,
     decode_steps_from_message,
 )
-from fleetgui.fleet.keys import KeyPair  # noqa: E402
-from fleetgui.fleet.protocol import (  # noqa: E402
+from fleetgui.net.keys import KeyPair  # noqa: E402
+from fleetgui.net.protocol import (  # noqa: E402
     HEADER,
     MAGIC,
     PROTOCOL_VERSION,
@@ -36,8 +36,8 @@ from fleetgui.fleet.protocol import (  # noqa: E402
     ProtocolError,
     decode,
 )
-from fleetgui.fleet.secure_socket import SecureClient  # noqa: E402
-from fleetgui.fleet.wire_dtypes import DTYPE_BY_CODE  # noqa: E402
+from fleetgui.net.secure_socket import SecureClient  # noqa: E402
+from fleetgui.net.wire_dtypes import DTYPE_BY_CODE  # noqa: E402
 
 #: Field names the worker's ops read (agent, hosted_stages, forward_codec, probe_timing), so
 #: generated metas reach the handlers' checks rather than stopping at a missing key.

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 import fleetgui
-from fleetgui.fleet.worker_info import DEFAULT_PORT
+from fleetgui.net.worker_info import DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ def test_the_three_users_share_one_service() -> None:
     pytest.importorskip("PySide6")
     from fleetgui.api import keys as api_keys
     from fleetgui.app import settings
-    from fleetgui.fleet import keys as fleet_keys
+    from fleetgui.net import keys as fleet_keys
 
     assert api_keys.KEYRING_SERVICE is fleet_keys.KEYRING_SERVICE is settings.KEYRING_SERVICE
     assert settings.Secrets().service == KEYRING_SERVICE

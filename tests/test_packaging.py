@@ -159,7 +159,7 @@ def test_inno_setup_script_names_what_the_specs_build() -> None:
         bundle_config.WORKER_BACKGROUND_NAME,
     ):
         assert f"{name}.exe" in iss, name
-    from fleetgui.fleet.worker_info import DEFAULT_PORT
+    from fleetgui.net.worker_info import DEFAULT_PORT
 
     assert f'#define WorkerPorts "{DEFAULT_PORT}-{DEFAULT_PORT + 1}"' in iss
     assert "localport={#WorkerPorts}" in iss
@@ -232,7 +232,7 @@ def test_worker_bundle_holds_no_torch_transformers_or_qt(worker_bundle: Bundle) 
     assert len(files) > 50
     assert [str(p) for p in files if FORBIDDEN_FILES.search(p.name)] == []
     modules = _bundle_modules(worker_bundle.exe(bundle_config.WORKER_NAME))
-    assert "fleetgui.fleet.worker_service" in modules
+    assert "fleetgui.worker.service" in modules
     assert [m for m in modules if m.split(".")[0] in FORBIDDEN_MODULES] == []
     # What the hooks add: device plugins, the IR frontend beside libopenvino, the tokenizer
     # extension where openvino_tokenizers looks for it.
@@ -282,7 +282,7 @@ class FrozenWorker:
 
 @pytest.fixture
 def frozen_worker(worker_bundle: Bundle, tmp_path: Path) -> Iterator[FrozenWorker]:
-    from fleetgui.fleet.keys import KeyPair, write_identity
+    from fleetgui.net.keys import KeyPair, write_identity
 
     coordinator = tmp_path / "coordinator"
     pair = KeyPair.generate()

@@ -16,17 +16,17 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from runtime_support import EXACT, export, pipeline
 
-from fleetgui.fleet.forward_codec import (
+from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
+from fleetgui.fleet.ring_route import RingRoute, RouteConfig
+from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.forward_codec import (
     MAX_DECODE_STEPS,
     DecodeSteps,
     decode_steps_from_message,
     encode_decode,
 )
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import Message, Op, ProtocolError, decode
-from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
-from fleetgui.fleet.ring_route import RingRoute, RouteConfig
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import Message, Op, ProtocolError, decode
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.head import SamplingParams
 from fleetgui.runtime.stage import GreedyHead, SampleHead

@@ -46,7 +46,7 @@ def local_stage_streams(route: LocalRoute) -> StageStreams:
 def fleet_stage_streams(session: FleetSession, timeout_s: float = 2.0) -> StageStreams:
     """Stream counts of the coordinator's stages and of each deployed worker, the latter asked
     afresh (a heartbeat) rather than taken from the last periodic one."""
-    from fleetgui.fleet.protocol import Message, Op
+    from fleetgui.net.protocol import Message, Op
     from fleetgui.runtime.stage import BlockingStage
 
     async def count() -> dict[str, int]:

@@ -16,8 +16,8 @@ from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
 from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.layer_times import measure_devices
 from fleetgui.app.model_library import RootsFor
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)

@@ -30,14 +30,14 @@ from fleetgui.app.local_pc import coordinator_profile
 from fleetgui.app.watched_worker import WatchedWorker
 from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.discovery import Discovery, DiscoveryEvent, OnChange
-from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.manual_workers import ManualWorkers
 from fleetgui.fleet.pairing import pair_with_code
 from fleetgui.fleet.session_config import LinkState, WorkerEndpoint
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.discovery import Discovery, DiscoveryEvent, OnChange
+from fleetgui.net.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
@@ -64,7 +64,7 @@ class FleetControllerConfig:
 async def browse_lan(on_change: OnChange) -> Discovery | None:
     """A started browser of the workers advertised on the LAN, or None (and a warning) when
     the LAN cannot be browsed here."""
-    from fleetgui.fleet.discovery import ZeroconfBrowser
+    from fleetgui.net.discovery import ZeroconfBrowser
 
     browser = ZeroconfBrowser(on_change)
     try:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from PySide6.QtCore import QObject, Signal
 
 from fleetgui.app.worker_status import WorkerRow, WorkerStatus
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from fleetgui.app.deploy.interfaces import MeasuredDevices, MeasureProgress
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
 from fleetgui.fleet.profiling import (
     ProbeShard,
@@ -25,6 +24,7 @@ from fleetgui.fleet.profiling import (
     profile_worker,
 )
 from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile
 from fleetgui.runtime.ov_stage import StageConfig
 

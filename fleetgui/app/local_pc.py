@@ -1,7 +1,7 @@
 """This PC (the coordinator) as a fleet row and as a planner device profile.
 
 This PC's OS and CPU are read by the same probes a worker's info uses
-(:mod:`fleetgui.fleet.sysinfo`), so this PC's row reads like the rows of workers on the same
+(:mod:`fleetgui.net.sysinfo`), so this PC's row reads like the rows of workers on the same
 machine; no port or key, since it is not a worker.
 """
 
@@ -15,8 +15,8 @@ import socket
 import psutil
 
 from fleetgui import __version__
-from fleetgui.fleet.sysinfo import cpu_model, os_description
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.sysinfo import cpu_model, os_description
+from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)

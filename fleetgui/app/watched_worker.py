@@ -16,12 +16,12 @@ from typing import Any
 
 from fleetgui.addresses import format_address
 from fleetgui.app.local_pc import ESTIMATED_DISK_BYTES_PER_S, ESTIMATED_MS_PER_LAYER
-from fleetgui.fleet.info_probe import WorkerStatusReason, probe_status
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.fleet.pairing import check_paired
 from fleetgui.fleet.session_config import WorkerLinkStatus
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.info_probe import WorkerStatusReason, probe_status
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)

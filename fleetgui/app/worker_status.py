@@ -7,7 +7,7 @@ import enum
 import time
 from dataclasses import dataclass
 
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.worker_info import WorkerInfo
 
 GB = 1e9
 

@@ -24,9 +24,9 @@ from fleetgui.bench.netem_links import NetemStar
 from fleetgui.bench.netns import NamespaceStar, Shape
 from fleetgui.bench.packet_links import PacketStar
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.local_fleet import LocalFleet
 from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.net.keys import KeyPair
 
 log = logging.getLogger(__name__)
 

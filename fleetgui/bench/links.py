@@ -92,7 +92,7 @@ class DelayRelays:
 
     def front(self, workers: list[LocalWorker]) -> list[WorkerEndpoint]:
         """Start a relay per worker; the endpoints that reach the workers through them."""
-        from fleetgui.fleet.worker_service import free_port_pair
+        from fleetgui.worker.service import free_port_pair
 
         endpoints = []
         for worker in workers:

@@ -26,8 +26,8 @@ from fleetgui.bench.results import Results
 from fleetgui.bench.sweep import Sweep, plan_sweep
 from fleetgui.export.manifest import Manifest, read_manifest
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig, context_limit_of, load_draft
 from fleetgui.runtime.ov_stage import StageConfig
@@ -192,7 +192,7 @@ class BenchRun:
         options = self.options
         names = [WORKER_NAMES.format(i + 1) for i in range(options.n_workers)]
         if not options.local:
-            from fleetgui.fleet.keys import coordinator_identity
+            from fleetgui.net.keys import coordinator_identity
 
             endpoints = asyncio.run(remote_endpoints(list(options.remote_workers)))
             self.info.fleet = {

@@ -30,7 +30,7 @@ from fleetgui.bench.progress import Progress
 from fleetgui.bench.prompts import pick, prompt_of_length, request_texts
 from fleetgui.bench.results import Results
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.protocol import Message, Op
+from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.auto_k import AutoK
 from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.pipeline import Pipeline

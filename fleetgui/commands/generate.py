@@ -215,9 +215,9 @@ def _chat_prompts(args: argparse.Namespace, pipeline: Any, options: Any) -> tupl
 
 
 async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
-    from fleetgui.fleet.keys import coordinator_identity, load_identity
     from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
     from fleetgui.fleet.session_config import CoordinatorConfig
+    from fleetgui.net.keys import coordinator_identity, load_identity
 
     addresses = parse_worker_list(args.workers)
     identity = load_identity(args.identity) if args.identity else coordinator_identity()

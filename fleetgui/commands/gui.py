@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from fleetgui.app.core import AppCore
     from fleetgui.app.fleet_controller import FleetControllerConfig
     from fleetgui.app.mode import ModeSettings
-    from fleetgui.fleet.keys import KeyPair
+    from fleetgui.net.keys import KeyPair
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def apply_start_mode(core: AppCore, args: argparse.Namespace) -> ModeSettings:
 
 
 def _identity(args: argparse.Namespace) -> KeyPair:
-    from fleetgui.fleet.keys import coordinator_identity, load_identity
+    from fleetgui.net.keys import coordinator_identity, load_identity
 
     return load_identity(args.identity) if args.identity else coordinator_identity()
 

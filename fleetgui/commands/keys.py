@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetgui.fleet.keys import KeyPair, fingerprint, write_identity
+    from fleetgui.net.keys import KeyPair, fingerprint, write_identity
 
     pair = KeyPair.generate()
     secret_path, public_path = write_identity(args.out, pair, force=args.force)

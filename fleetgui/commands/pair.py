@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetgui.fleet.keys import coordinator_identity, fingerprint, load_identity
     from fleetgui.fleet.open_fleet import pair_worker
+    from fleetgui.net.keys import coordinator_identity, fingerprint, load_identity
 
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
     info = asyncio.run(pair_worker(args.address, args.code, identity, socket.gethostname()))

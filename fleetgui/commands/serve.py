@@ -183,8 +183,8 @@ async def _until_stopped() -> None:
 
 def _fleet_config(args: argparse.Namespace, local: Any) -> tuple[Any, Any]:
     """The coordinator's key pair and configuration for ``--workers``."""
-    from fleetgui.fleet.keys import coordinator_identity, load_identity
     from fleetgui.fleet.session_config import CoordinatorConfig
+    from fleetgui.net.keys import coordinator_identity, load_identity
 
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
     config = CoordinatorConfig(
@@ -221,8 +221,8 @@ async def _choose_layout(
         preview_layout,
         preview_plan,
     )
-    from fleetgui.fleet.info_probe import probe
     from fleetgui.fleet.open_fleet import parse_worker_list, resolve_workers
+    from fleetgui.net.info_probe import probe
     from fleetgui.planner import DeviceProfile, PlanConfig
 
     identity, _ = _fleet_config(args, local)

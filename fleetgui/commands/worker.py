@@ -15,7 +15,7 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fleetgui.fleet.worker_info import DEFAULT_PORT
+    from fleetgui.net.worker_info import DEFAULT_PORT
 
     parser.add_argument(
         "--listen",
@@ -62,10 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fleetgui import paths
-    from fleetgui.fleet.agent import WorkerConfig
-    from fleetgui.fleet.keys import worker_identity
-    from fleetgui.fleet.sysinfo import default_worker_name
-    from fleetgui.fleet.worker_service import (
+    from fleetgui.net.keys import worker_identity
+    from fleetgui.net.sysinfo import default_worker_name
+    from fleetgui.worker.agent import WorkerConfig
+    from fleetgui.worker.service import (
         ServiceConfig,
         default_authorized_keys,
         parse_listen,

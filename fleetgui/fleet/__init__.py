@@ -1,1 +1,2 @@
-"""Worker agent, transport, discovery, keys, deployment and failover."""
+"""The coordinator's side of the fleet: links to workers, deployment, the ring route,
+failover and re-planning, pairing and the local fleet."""

@@ -30,7 +30,6 @@ from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest
 from fleetgui.fleet.assignment import Assignment
 from fleetgui.fleet.deploy import ProgressCallback
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.link import Dispatcher, WorkerLink
 from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig
 from fleetgui.fleet.ring_route import Ring, RingRoute
@@ -45,6 +44,7 @@ from fleetgui.fleet.session_failover import SessionFailover
 from fleetgui.fleet.session_replanning import SessionReplanning
 from fleetgui.fleet.session_status import StatusReporter
 from fleetgui.fleet.session_workers import SessionWorkers
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.loader import pipeline_over
 from fleetgui.runtime.metrics import MetricsBus, TransferTiming

@@ -1,6 +1,6 @@
 """The coordinator's side of one DECODE: send it to the worker holding the whole model, yield
 each step's result as it arrives, and end the worker's run if the caller stops reading early,
-so the stream's cache never has two writers (see :mod:`fleetgui.fleet.worker_decode`)."""
+so the stream's cache never has two writers (see :mod:`fleetgui.worker.decode_run`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
-from fleetgui.fleet.forward_codec import DecodeSteps, encode_decode, result_from_message
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Flags, Message, Op, RemoteError, raise_if_error
-from fleetgui.fleet.secure_socket import RequestTimeoutError
+from fleetgui.net.forward_codec import DecodeSteps, encode_decode, result_from_message
+from fleetgui.net.protocol import Flags, Message, Op, RemoteError, raise_if_error
+from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.stage import ForwardResult
 
 

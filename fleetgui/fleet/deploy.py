@@ -20,7 +20,7 @@ import numpy as np
 from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import FileEntry, Manifest
 from fleetgui.fleet.link import WorkerLink
-from fleetgui.fleet.protocol import ErrorCode, Flags, Message, Op, RemoteError
+from fleetgui.net.protocol import ErrorCode, Flags, Message, Op, RemoteError
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 from fleetgui import paths
 from fleetgui.addresses import parse_address
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KNOWN_WORKERS, KeyFileError, fingerprint
 from fleetgui.fsutil import atomic_write_text
+from fleetgui.net.keys import KNOWN_WORKERS, KeyFileError, fingerprint
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import (
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import (
     Flags,
     FrameLike,
     Message,
@@ -29,7 +29,7 @@ from fleetgui.fleet.protocol import (
     encode,
     raise_if_error,
 )
-from fleetgui.fleet.secure_socket import RequestTimeoutError, SecureClient
+from fleetgui.net.secure_socket import RequestTimeoutError, SecureClient
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class WorkerLink:
         self, message: Message, timeout_s: float | None = None, *, stream_id: int | None = None
     ) -> Message:
         """Send a control request and wait for its reply; an ERROR reply raises
-        :class:`~fleetgui.fleet.protocol.RemoteError`."""
+        :class:`~fleetgui.net.protocol.RemoteError`."""
         if self.lost:
             raise WorkerLostError(self.name, self.lost)
         request_id, future = self.dispatcher.new(owner=self)

@@ -22,8 +22,8 @@ from typing import Any
 
 from fleetgui.addresses import format_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyFileError, KeyPair, load_identity, write_identity
 from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.net.keys import KeyFileError, KeyPair, load_identity, write_identity
 
 log = logging.getLogger(__name__)
 

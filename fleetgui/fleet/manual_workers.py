@@ -1,5 +1,5 @@
 """Workers the user added by ``host:port`` (kept in ``workers.json``), and the
-:class:`~fleetgui.fleet.discovery.Discovery` that probes them."""
+:class:`~fleetgui.net.discovery.Discovery` that probes them."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from fleetgui import fsutil, paths
 from fleetgui.addresses import format_address, parse_address
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.discovery import Discovery, OnChange
-from fleetgui.fleet.info_probe import DEFAULT_PROBE_TIMEOUT_S, ProbeResult, probe_status
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.discovery import Discovery, OnChange
+from fleetgui.net.info_probe import DEFAULT_PROBE_TIMEOUT_S, ProbeResult, probe_status
+from fleetgui.net.worker_info import WorkerInfo
 
 logger = logging.getLogger(__name__)
 

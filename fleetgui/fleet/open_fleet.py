@@ -15,12 +15,12 @@ from fleetgui.addresses import parse_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.deploy import ProgressCallback
-from fleetgui.fleet.info_probe import probe
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.known_workers import KnownWorkers
 from fleetgui.fleet.pairing import pair_with_code
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.info_probe import probe
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)
 

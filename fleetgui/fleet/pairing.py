@@ -16,10 +16,10 @@ from typing import Any
 
 from fleetgui.addresses import zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import ErrorCode, Message, Op, RemoteError
-from fleetgui.fleet.secure_socket import ConnectError, SecureClient, WorkerRefusedKeyError
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import ErrorCode, Message, Op, RemoteError
+from fleetgui.net.secure_socket import ConnectError, SecureClient, WorkerRefusedKeyError
+from fleetgui.net.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ already holds it.
 
 :func:`profile_worker` asks a worker (PROFILE), sending the files only when it says they are
 missing; the worker times the probe on its CPU and GPUs and caches the result
-(:mod:`fleetgui.fleet.probe_timing`). :func:`profile_here` times the same probe on this PC.
+(:mod:`fleetgui.worker.probe_timing`). :func:`profile_here` times the same probe on this PC.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from typing import Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import FileEntry, Manifest, read_manifest
-from fleetgui.fleet.blob_store import WantedFile
 from fleetgui.fleet.deploy import ProgressCallback, push_files
 from fleetgui.fleet.link import WorkerLink
-from fleetgui.fleet.probe_timing import TIMINGS_FILE, ProbeSpec, TimingCache, measure_probe
-from fleetgui.fleet.protocol import ErrorCode, Message, Op, RemoteError
+from fleetgui.net.protocol import ErrorCode, Message, Op, RemoteError
 from fleetgui.paths import data_dir
 from fleetgui.planner.profiles import ComputeProfile, DeviceProfile, MachineProfile
 from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.worker.blob_store import WantedFile
+from fleetgui.worker.probe_timing import TIMINGS_FILE, ProbeSpec, TimingCache, measure_probe
 
 log = logging.getLogger(__name__)
 

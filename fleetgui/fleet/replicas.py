@@ -24,8 +24,8 @@ from pathlib import Path
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.keys import KeyPair
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import DraftSource
 from fleetgui.runtime.generation import (
     GenerationError,

@@ -13,10 +13,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fleetgui.fleet.forward_codec import encode_forward, result_from_message
 from fleetgui.fleet.link import Dispatcher, WorkerLink
-from fleetgui.fleet.protocol import raise_if_error
-from fleetgui.fleet.secure_socket import RequestTimeoutError
+from fleetgui.net.forward_codec import encode_forward, result_from_message
+from fleetgui.net.protocol import raise_if_error
+from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ as one chunk changed the text after 5 of 8 failovers in ``benchmarks/soak_fleet.
 replay costs one ring pass per step the stream took.
 
 When one worker holds the whole model, plain decode steps run as DECODE segments the worker
-chains by itself (:mod:`fleetgui.fleet.worker_decode`): no round trip per token.
+chains by itself (:mod:`fleetgui.worker.decode_run`): no round trip per token.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from typing import Protocol
 import numpy as np
 
 from fleetgui.fleet.decode_client import decode_on_worker
-from fleetgui.fleet.forward_codec import MAX_DECODE_STEPS, DecodeSteps
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.ring_pass import run_pass
 from fleetgui.fleet.route_admission import Admission
-from fleetgui.fleet.secure_socket import RequestTimeoutError
+from fleetgui.net.forward_codec import MAX_DECODE_STEPS, DecodeSteps
+from fleetgui.net.protocol import Message, Op
+from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
 from fleetgui.runtime.stage import (
     SHORT_WORK_MS,

@@ -12,7 +12,7 @@ import openvino as ov
 
 from fleetgui.export.manifest import Manifest
 from fleetgui.fleet.link import WorkerLink
-from fleetgui.fleet.protocol import Message, Op
+from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest, read_manifest
 from fleetgui.fleet.assignment import Assignment, Member, StageUnit, initial_assignment
 from fleetgui.fleet.deploy import ProgressCallback, load_stages
-from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.ring_route import Ring
 from fleetgui.fleet.ring_setup import CoordinatorStages, link_members
 from fleetgui.fleet.session_config import LinkReason, LinkState
+from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.loader import safe_stage_config
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.fleet.protocol import Message, Op
 from fleetgui.fleet.session_config import LinkReason, LinkState, WorkerEndpoint
+from fleetgui.net.protocol import Message, Op
 
 if TYPE_CHECKING:
     from fleetgui.fleet.coordinator import FleetSession

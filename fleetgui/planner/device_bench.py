@@ -11,7 +11,7 @@ weight format, device and OpenVINO version in ``data_dir()/planner/layer_timings
 second call for the same combination does not measure again.
 
 :func:`time_layer_ir` needs no torch: a worker times the stage IR a coordinator sends it with it
-(:mod:`fleetgui.fleet.probe_timing`).
+(:mod:`fleetgui.worker.probe_timing`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from fleetgui.errors import FleetguiError
 
 if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the dashboard
     from fleetgui.fleet.coordinator import FleetSession
-    from fleetgui.fleet.keys import KeyPair
     from fleetgui.fleet.link import WorkerLink
     from fleetgui.fleet.replicas import ReplicatedPipeline
     from fleetgui.fleet.session_config import (
@@ -33,6 +32,7 @@ if TYPE_CHECKING:  # the fleet's modules load when a fleet deploys, not with the
         WorkerEndpoint,
         WorkerLinkStatus,
     )
+    from fleetgui.net.keys import KeyPair
 
 log = logging.getLogger(__name__)
 

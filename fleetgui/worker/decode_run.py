@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetgui.fleet.forward_codec import DecodeSteps
-from fleetgui.fleet.protocol import ErrorCode, ProtocolError
+from fleetgui.net.forward_codec import DecodeSteps
+from fleetgui.net.protocol import ErrorCode, ProtocolError
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 
 log = logging.getLogger(__name__)

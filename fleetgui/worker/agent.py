@@ -36,14 +36,14 @@ from typing import Any
 
 import psutil
 
-from fleetgui.fleet.keys import KeyPair
-from fleetgui.fleet.protocol import ErrorCode, Op, ProtocolError, RefusedError
-from fleetgui.fleet.ring_place import RingPlace
-from fleetgui.fleet.secure_socket import Incoming, SecureServer
-from fleetgui.fleet.stage_host import StageHost
-from fleetgui.fleet.trust import Authorizer
-from fleetgui.fleet.worker_passes import WorkerPasses
-from fleetgui.fleet.worker_replies import reply, reply_error
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import ErrorCode, Op, ProtocolError, RefusedError
+from fleetgui.net.secure_socket import Incoming, SecureServer
+from fleetgui.net.trust import Authorizer
+from fleetgui.worker.passes import WorkerPasses
+from fleetgui.worker.replies import reply, reply_error
+from fleetgui.worker.ring_place import RingPlace
+from fleetgui.worker.stage_host import StageHost
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fleetgui.fleet.protocol import ErrorCode, Message, Op, encode, error_message
-from fleetgui.fleet.secure_socket import Incoming, SecureServer
+from fleetgui.net.protocol import ErrorCode, Message, Op, encode, error_message
+from fleetgui.net.secure_socket import Incoming, SecureServer
 
 
 async def reply(

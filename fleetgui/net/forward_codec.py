@@ -1,7 +1,7 @@
 """``ForwardRequest`` / ``ForwardResult`` (every ``HeadOp``) as fleet messages, and back.
 
 Every field is checked on the way in (types, ranges, tensor roles), so a worker never runs a
-request it cannot trust; a violation raises :class:`~fleetgui.fleet.protocol.ProtocolError` with
+request it cannot trust; a violation raises :class:`~fleetgui.net.protocol.ProtocolError` with
 ``ErrorCode.BAD_FIELD`` naming the field.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetgui.fleet.protocol import (
+from fleetgui.net.protocol import (
     DEFAULT_LIMITS,
     ErrorCode,
     Flags,

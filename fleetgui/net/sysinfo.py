@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 
 from fleetgui import __version__
-from fleetgui.fleet.protocol import PROTOCOL_VERSION
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.protocol import PROTOCOL_VERSION
+from fleetgui.net.worker_info import WorkerInfo
 
 logger = logging.getLogger(__name__)
 

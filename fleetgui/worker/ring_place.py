@@ -18,10 +18,10 @@ import zmq
 
 from fleetgui.addresses import format_address, parse_zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import KeyPair, is_key
-from fleetgui.fleet.protocol import ErrorCode, RefusedError
-from fleetgui.fleet.secure_socket import ConnectError, SecureClient
-from fleetgui.fleet.trust import Authorizer
+from fleetgui.net.keys import KeyPair, is_key
+from fleetgui.net.protocol import ErrorCode, RefusedError
+from fleetgui.net.secure_socket import ConnectError, SecureClient
+from fleetgui.net.trust import Authorizer
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """CURVE-encrypted fleet sockets: a ROUTER server (the worker) and a DEALER client (the
-coordinator), with ZAP authorization by an :class:`~fleetgui.fleet.trust.Authorizer`.
+coordinator), with ZAP authorization by an :class:`~fleetgui.net.trust.Authorizer`.
 
 How a connection is admitted:
 
@@ -39,9 +39,9 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.connection_guard import ConnectionGuard
-from fleetgui.fleet.keys import KeyPair, fingerprint
-from fleetgui.fleet.protocol import (
+from fleetgui.net.connection_guard import ConnectionGuard
+from fleetgui.net.keys import KeyPair, fingerprint
+from fleetgui.net.protocol import (
     DEFAULT_LIMITS,
     ErrorCode,
     FrameLike,
@@ -54,7 +54,7 @@ from fleetgui.fleet.protocol import (
     error_message,
     raise_if_error,
 )
-from fleetgui.fleet.trust import Authorizer, PairingError
+from fleetgui.net.trust import Authorizer, PairingError
 
 logger = logging.getLogger(__name__)
 
@@ -358,7 +358,7 @@ class SecureClient:
 
     async def request(self, message: Message, timeout_s: float | None = None) -> Message:
         """Send ``message`` with a fresh request id and return the reply to it; an ERROR reply
-        raises :class:`~fleetgui.fleet.protocol.RemoteError`."""
+        raises :class:`~fleetgui.net.protocol.RemoteError`."""
         request_id, self._next_id = self._next_id, self._next_id + 1
         fields = {f: getattr(message, f) for f in ("op", "stream_id", "flags", "meta", "tensors")}
         await self.send(encode(Message(request_id=request_id, **fields), self.limits))

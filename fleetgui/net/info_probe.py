@@ -32,8 +32,8 @@ import zmq.asyncio
 from fleetgui import __version__
 from fleetgui.addresses import format_address, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.protocol import PROTOCOL_VERSION
-from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
+from fleetgui.net.protocol import PROTOCOL_VERSION
+from fleetgui.net.worker_info import INFO_PORT_OFFSET, WorkerInfo, WorkerInfoError
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class InfoProbeServer:
     """Answers info probes on ``host:port + 1`` while the worker's event loop runs.
 
     ``port`` is the worker's protocol port. ``get_info`` is called for every probe (keep it
-    cheap: :func:`fleetgui.fleet.sysinfo.collect_worker_info` is). Use ``async with`` or
+    cheap: :func:`fleetgui.net.sysinfo.collect_worker_info` is). Use ``async with`` or
     :meth:`start` / :meth:`close`.
     """
 

@@ -27,7 +27,7 @@ from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.worker_info import WorkerInfo
+from fleetgui.net.worker_info import WorkerInfo
 
 logger = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from fleetgui import paths
 from fleetgui.addresses import zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.agent import WorkerAgent, WorkerConfig
-from fleetgui.fleet.discovery import ZeroconfAdvertiser
-from fleetgui.fleet.info_probe import InfoProbeServer
-from fleetgui.fleet.keys import AUTHORIZED_KEYS, KeyPair, fingerprint
-from fleetgui.fleet.sysinfo import collect_worker_info
-from fleetgui.fleet.trust import Authorizer
-from fleetgui.fleet.worker_info import INFO_PORT_OFFSET, WorkerInfo
+from fleetgui.net.discovery import ZeroconfAdvertiser
+from fleetgui.net.info_probe import InfoProbeServer
+from fleetgui.net.keys import AUTHORIZED_KEYS, KeyPair, fingerprint
+from fleetgui.net.sysinfo import collect_worker_info
+from fleetgui.net.trust import Authorizer
+from fleetgui.net.worker_info import INFO_PORT_OFFSET, WorkerInfo
+from fleetgui.worker.agent import WorkerAgent, WorkerConfig
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.wire_dtypes import CODE_BY_DTYPE, DTYPE_BY_CODE, NUMPY_DTYPES
+from fleetgui.net.wire_dtypes import CODE_BY_DTYPE, DTYPE_BY_CODE, NUMPY_DTYPES
 
 MAGIC = b"FLGT"
 PROTOCOL_VERSION = 2  # 2: a tensor may span several frames

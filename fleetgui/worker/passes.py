@@ -7,7 +7,7 @@ for this worker's. A FORWARD of another epoch is refused, so a message still tra
 before a failover never touches a rebuilt cache.
 
 DECODE (a worker holding the whole model) runs a stream's plain decode steps here, one RESULT
-per step (:mod:`fleetgui.fleet.worker_decode`); STOP_DECODE ends such a run.
+per step (:mod:`fleetgui.worker.decode_run`); STOP_DECODE ends such a run.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from fleetgui.fleet.forward_codec import (
+from fleetgui.net.forward_codec import (
     compute_ms_from,
     decode_steps_from_message,
     encode_forward,
     encode_result,
     request_from_message,
 )
-from fleetgui.fleet.protocol import (
+from fleetgui.net.protocol import (
     ErrorCode,
     Flags,
     Message,
@@ -33,15 +33,15 @@ from fleetgui.fleet.protocol import (
     encode,
     error_message,
 )
-from fleetgui.fleet.ring_place import RingPlace
-from fleetgui.fleet.secure_socket import Incoming, SecureServer
-from fleetgui.fleet.stage_host import StageHost
-from fleetgui.fleet.worker_decode import WorkerDecodes
-from fleetgui.fleet.worker_replies import reply, reply_error
+from fleetgui.net.secure_socket import Incoming, SecureServer
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, StageError
+from fleetgui.worker.decode_run import WorkerDecodes
+from fleetgui.worker.replies import reply, reply_error
+from fleetgui.worker.ring_place import RingPlace
+from fleetgui.worker.stage_host import StageHost
 
 if TYPE_CHECKING:
-    from fleetgui.fleet.agent import WorkerConfig
+    from fleetgui.worker.agent import WorkerConfig
 
 log = logging.getLogger(__name__)
 

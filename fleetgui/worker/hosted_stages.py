@@ -19,17 +19,17 @@ from typing import Any
 
 import openvino as ov
 
-from fleetgui.fleet.blob_store import (
+from fleetgui.runtime.loader import safe_stage_config
+from fleetgui.runtime.ov_stage import LocalStage, StageConfig
+from fleetgui.runtime.route import LocalRoute
+from fleetgui.shard import Shard
+from fleetgui.worker.blob_store import (
     BlobError,
     BlobStore,
     WantedFile,
     check_relative,
     check_sha,
 )
-from fleetgui.runtime.loader import safe_stage_config
-from fleetgui.runtime.ov_stage import LocalStage, StageConfig
-from fleetgui.runtime.route import LocalRoute
-from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The worker agent hands HAVE_FILES, PUT_CHUNK, LOAD_STAGE, UNLOAD and PROFILE here and sends back
 what these methods return; a request they cannot serve raises
-:class:`~fleetgui.fleet.protocol.RefusedError` naming the cause (and, in its meta, e.g. which files
+:class:`~fleetgui.net.protocol.RefusedError` naming the cause (and, in its meta, e.g. which files
 are missing), so the coordinator is always told why. One lock (``compute``) runs one stage
 computation at a time, in arrival order; loading, unloading and profiling take it too, so a
 stage is never swapped or timed under a running request.
@@ -18,9 +18,12 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fleetgui.fleet.blob_store import BlobError, BlobStore, DiskFullError
-from fleetgui.fleet.hosted_stages import HostedStages, LoadSpec, StageSpecError
-from fleetgui.fleet.probe_timing import (
+from fleetgui.net.protocol import ErrorCode, Flags, Message, RefusedError
+from fleetgui.paths import data_dir
+from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.worker.blob_store import BlobError, BlobStore, DiskFullError
+from fleetgui.worker.hosted_stages import HostedStages, LoadSpec, StageSpecError
+from fleetgui.worker.probe_timing import (
     TIMINGS_FILE,
     ProbeSpec,
     ProbeSpecError,
@@ -29,12 +32,9 @@ from fleetgui.fleet.probe_timing import (
     measure_stored_probe,
     stage_devices,
 )
-from fleetgui.fleet.protocol import ErrorCode, Flags, Message, RefusedError
-from fleetgui.paths import data_dir
-from fleetgui.runtime.ov_stage import StageConfig
 
 if TYPE_CHECKING:
-    from fleetgui.fleet.agent import WorkerConfig
+    from fleetgui.worker.agent import WorkerConfig
 
 log = logging.getLogger(__name__)
 

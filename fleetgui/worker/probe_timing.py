@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleetgui.fleet.blob_store import BlobError, BlobStore, WantedFile, check_relative, check_sha
 from fleetgui.fsutil import atomic_write_text, read_cache_entries
 from fleetgui.runtime.loader import safe_stage_config
 from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.worker.blob_store import BlobError, BlobStore, WantedFile, check_relative, check_sha
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.keys import AUTHORIZED_KEYS, KeyFileError, fingerprint, is_key
 from fleetgui.fsutil import atomic_write_text
+from fleetgui.net.keys import AUTHORIZED_KEYS, KeyFileError, fingerprint, is_key
 
 logger = logging.getLogger(__name__)
 

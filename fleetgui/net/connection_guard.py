@@ -1,7 +1,7 @@
 """Bounds on what connections that have not authenticated can make a worker hold.
 
 libzmq buffers a connection's frames before the CURVE handshake decides who it is, up to
-``MAXMSGSIZE`` a frame (:attr:`~fleetgui.fleet.protocol.Limits.max_frame_bytes`), and accepts
+``MAXMSGSIZE`` a frame (:attr:`~fleetgui.net.protocol.Limits.max_frame_bytes`), and accepts
 any number of connections. Like sshd's ``MaxStartups`` and ``PerSourceMaxStartups``, this guard
 caps the connections that may still be handshaking, per source address and in all, so a
 stranger can make a worker hold at most ``max_total * max_frame_bytes``; a connection over the
@@ -33,7 +33,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from fleetgui.fleet.trust import Authorizer
+from fleetgui.net.trust import Authorizer
 
 logger = logging.getLogger(__name__)
 
