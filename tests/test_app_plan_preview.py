@@ -32,6 +32,7 @@ from fleetgui.fleet.assignment import StageUnit, initial_assignment
 from fleetgui.planner import ModelProfile, PlanConfig, plan_fixed_stages
 from fleetgui.planner.examples import device
 from fleetgui.planner.fixed_stages import plan_rows
+from fleetgui.shard import parse_layer_ranges
 
 WORKERS = ["w1", "w2", "w3"]
 
@@ -72,7 +73,7 @@ def test_the_assignment_is_the_plan(
     assert list(assignment.spares) == spares == sorted(x.device for x in plan.left_out)
     assert rows_of(assignment, export_stages(export), "here") == plan_rows(plan)
     # what the deployer did before: every remote stage on the workers in ring order
-    units = [StageUnit(i, s, e, 1) for i, (s, e) in enumerate(export_stages(export))]
+    units = [StageUnit(i, shard, 1) for i, shard in enumerate(export_stages(export))]
     before = initial_assignment(units, WORKERS)
     assert [m.name for m in before.members] == ["w1", "w2"]  # w2 got a stage it was left out of
 
@@ -92,9 +93,8 @@ def test_a_stale_plan_is_refused_with_the_fix(tmp_path: Path) -> None:
 
 def test_devices_follow_the_plan_order() -> None:
     devices = [device("here", 16, 20.0)] + [device(w, 16, 1.0) for w in WORKERS]
-    plan = plan_fixed_stages(
-        [devices[0], devices[3], devices[1]], model(), [(0, 2), (2, 3), (3, 4)]
-    )
+    stages = parse_layer_ranges("tiny@test", 4, "0:2,2:3,3:4")
+    plan = plan_fixed_stages([devices[0], devices[3], devices[1]], model(), stages)
     assert plan.devices == ("here", "w3")  # the first worker of its order on a tie
     assert [d.name for d in in_plan_order(devices, plan)] == ["here", "w3", "w1", "w2"]
     assert in_plan_order(devices, None) == devices

@@ -45,6 +45,7 @@ from fleetgui.app.topology import (
     Role,
     Topology,
     layers_text,
+    stage_span,
 )
 from fleetgui.app.topology_tracker import TopologyTracker, hop_shares
 from fleetgui.app.views.fleet_view import FleetView
@@ -53,8 +54,15 @@ from fleetgui.app.worker_status import WorkerRow, WorkerStatus
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.runtime.metrics import StageTiming, TransferTiming
+from fleetgui.shard import Shard
 
-STAGES = ((0, 3), (3, 6), (6, 8))
+
+def layers(start: int, end: int) -> Shard:
+    """Layers ``[start, end)`` of the 8-layer model the picture's tests deploy."""
+    return Shard("tiny@test", start, end, 8)
+
+
+STAGES = (layers(0, 3), layers(3, 6), layers(6, 8))
 
 
 def row(
@@ -88,9 +96,9 @@ def test_the_ring_with_layers_hops_and_the_busy_stage() -> None:
         tracker.record(TransferTiming(1, 0, 3.0, 4096), 5.0 + i * 0.1)
     picture = tracker.topology(now=5.95)
     assert [(n.name, n.role, n.layers) for n in picture.nodes] == [
-        ("here", Role.COORDINATOR, (0, 3)),
-        ("a", Role.WORKER, (3, 6)),
-        ("b", Role.WORKER, (6, 8)),
+        ("here", Role.COORDINATOR, layers(0, 3)),
+        ("a", Role.WORKER, layers(3, 6)),
+        ("b", Role.WORKER, layers(6, 8)),
         ("idle", Role.SPARE, None),
     ]
     a = picture.node("a")
@@ -122,13 +130,13 @@ def test_a_failover_marks_the_lost_pc_and_shows_where_its_layers_went() -> None:
     tracker.set_rows([row("here", coordinator=True), row("a"), row("b", WorkerStatus.LOST)])
     rebuilding = tracker.topology(now=0.0)  # lost, the ring not rebuilt yet
     b = rebuilding.node("b")
-    assert b is not None and b.role is Role.LOST and b.layers == (6, 8)
+    assert b is not None and b.role is Role.LOST and b.layers == layers(6, 8)
     tracker.set_layout(layout(("a", (1, 2)), lost=("b",)))
     picture = tracker.topology(now=0.0)
-    move = Move("b", "a", (2,), (6, 8))
+    move = Move("b", "a", (2,), layers(6, 8))
     assert picture.moves == (move,)
     a, b = picture.node("a"), picture.node("b")
-    assert a is not None and a.layers == (3, 8) and a.took == (move,)
+    assert a is not None and a.layers == layers(3, 8) and a.took == (move,)
     assert (
         b is not None and b.role is Role.LOST and b.gave == (move,) and b.status.startswith("lost")
     )
@@ -138,7 +146,7 @@ def test_a_failover_marks_the_lost_pc_and_shows_where_its_layers_went() -> None:
     tracker.set_layout(
         FleetLayout(1, "here", STAGES, (0,) * 3, (everything_here,), lost=("b", "a"))
     )
-    assert Move("a", "here", (1, 2), (3, 8)) in tracker.topology(now=0.0).moves
+    assert Move("a", "here", (1, 2), layers(3, 8)) in tracker.topology(now=0.0).moves
     tracker.set_layout(
         FleetLayout(2, "here", STAGES, (0, 0, 0), (RingSpec((0,), (("a", (1, 2)),)),))
     )
@@ -269,9 +277,7 @@ def test_the_picture_shows_every_pc_with_its_layers_and_a_failover(
     # every PC of the ring, with the layers the deployment gave it, in ring order
     stages = export_stages(export_3s)
     holders = {here: assignment.local, **{m.name: m.indices for m in assignment.members}}
-    expected = {
-        name: layers_text((stages[min(ix)][0], stages[max(ix)][1])) for name, ix in holders.items()
-    }
+    expected = {name: layers_text(stage_span(stages, ix)) for name, ix in holders.items()}
 
     def drawn() -> dict[str, str]:
         return {n: picture_view.node_text(n).splitlines()[1] for n in expected}

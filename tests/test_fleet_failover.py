@@ -16,8 +16,9 @@ from fleetgui.fleet.assignment import (
     size_text,
     stages_text,
 )
+from fleetgui.shard import even_split
 
-UNITS = [StageUnit(i, 2 * i, 2 * i + 2, 400_000) for i in range(4)]  # 2 layers a stage
+UNITS = [StageUnit(i, s, 400_000) for i, s in enumerate(even_split("m", 8, 4))]  # 2 layers each
 ONE = need_bytes(UNITS, [1])  # what one stage needs (weights plus overhead)
 
 

@@ -75,7 +75,7 @@ def test_the_probe_is_the_smallest_stage_without_head_or_embedding(
     chunks = {(3, 8): ((3, 5), (5, 7), (7, 8))}
     entries = [_entry(i, s, e, chunks.get((s, e), ())) for i, (s, e) in enumerate(stages)]
     probe = choose_probe(_write(tmp_path, entries, n_layers))
-    assert (probe.start_layer, probe.end_layer) == chosen, case
+    assert (probe.shard.start_layer, probe.shard.end_layer) == chosen, case
     assert probe.model_file == f"stage_{chosen[0]}-{chosen[1]}.xml"
     assert [f.path for f in probe.files] == [probe.model_file, probe.model_file[:-4] + ".bin"]
     spec = probe.spec()
@@ -146,7 +146,7 @@ def test_a_worker_measures_once_then_answers_from_its_cache_without_files(
     exports: dict[str, Path], identity: KeyPair, worker: WorkerProcess, tmp_path: Path
 ) -> None:
     probe = choose_probe(exports["3s"])
-    assert (probe.start_layer, probe.end_layer) == (2, 3)  # the middle stage of four layers
+    assert (probe.shard.start_layer, probe.shard.end_layer) == (2, 3)  # the middle of 4 layers
     first, second = with_link(
         identity,
         worker,
@@ -159,7 +159,7 @@ def test_a_worker_measures_once_then_answers_from_its_cache_without_files(
     assert first.stage_device == "CPU" and first.machine.free_ram_bytes > 0
     profile = first.device_profile()
     assert profile.name == "p1" and profile.ms_per_layer == cpu.ms_per_layer
-    assert first.machine.model_id == probe.model_id and first.machine.weight_format == "fp32"
+    assert first.machine.model_id == probe.shard.model_id and first.machine.weight_format == "fp32"
     # the second call: the worker's cache answers, nothing is sent
     assert second.from_cache and second.bytes_sent == 0
     assert second.machine.compute[0].ms_per_layer == cpu.ms_per_layer  # memory is live

@@ -23,6 +23,7 @@ from fleetgui.planner import DeviceProfile, PlanConfig, load_model_profile
 from fleetgui.planner.model_profile import ModelProfile
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+from fleetgui.shard import even_split
 
 GB = 1_000_000_000
 FAST = ReplanConfig(warmup_passes=0, baseline_passes=4, window=6, cooldown_s=0.0)
@@ -31,7 +32,7 @@ LIVE = ReplanConfig(warmup_passes=2, baseline_passes=4, window=6, cooldown_s=0.0
 # 2 cores, worker a read 1.27x slower while b was stopped, crossed the default 20 % first and
 # took b's stage. The throttled b reads ~4x slower, so a 100 % threshold sees b's drift first.
 LIVE_THROTTLED = replace(LIVE, drift_threshold=1.0)
-STAGES = ((0, 2), (2, 4), (4, 6))  # three 2-layer stages of a 6-layer model
+STAGES = tuple(even_split("tiny", 6, 3))  # three 2-layer stages of a 6-layer model
 N_NEW = 40
 PROMPT = "def add(a, b):\n    return"
 

@@ -27,11 +27,18 @@ from fleetgui.planner import (
     stage_groups,
 )
 from fleetgui.planner.examples import device, llama_8b_like, random_fleet
-from fleetgui.planner.fixed_stages import StageRange, check_stages
+from fleetgui.planner.fixed_stages import check_stages
+from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 
-FOUR = ((0, 2), (2, 4), (4, 6), (6, 8))  # an 8-layer model exported in 4 stages
+
+def shards_of(*ranges: tuple[int, int], n_layers: int = 8) -> tuple[Shard, ...]:
+    """The shards of an export's stages (of the 8-layer ``small_model`` by default)."""
+    return tuple(Shard("small@test", start, end, n_layers) for start, end in ranges)
+
+
+FOUR = shards_of((0, 2), (2, 4), (4, 6), (6, 8))  # an 8-layer model exported in 4 stages
 
 
 def small_model(n_layers: int = 8, streams: int = 1) -> ModelProfile:
@@ -46,7 +53,7 @@ class Row:
     devices: tuple[DeviceProfile, ...]
     rows: tuple[str, ...]  # "device start:end" in ring order
     left_out: dict[str, str] = field(default_factory=dict)  # device: start of its reason
-    stages: tuple[StageRange, ...] = FOUR
+    stages: tuple[Shard, ...] = FOUR
     objective: str = "latency"
     streams: int = 1
 
@@ -86,7 +93,7 @@ ROWS = (
         "uneven stages: the big one goes to the fast worker",
         (device("c", 16, 3.0), device("fast", 16, 1.0)),
         ("c 0:1", "fast 1:8"),
-        stages=((0, 1), (1, 8)),
+        stages=shards_of((0, 1), (1, 8)),
     ),
     Row(
         "throughput with 4 streams spreads the stages",
@@ -124,14 +131,14 @@ def test_the_dynamic_programme_equals_scoring_every_grouping() -> None:
         devices = random_fleet(rng.randint(1, 6), rng, speed_scale=0.25)
         cuts = sorted(rng.sample(range(1, model.n_layers), rng.randint(0, 6)))
         bounds = [0, *cuts, model.n_layers]
-        stages = list(itertools.pairwise(bounds))
+        shards = shards_of(*itertools.pairwise(bounds), n_layers=model.n_layers)
         try:
-            every = plan_fixed_stages(devices, model, stages)
+            every = plan_fixed_stages(devices, model, shards)
         except NoPlanFitsError:
             with pytest.raises(NoPlanFitsError):
-                plan_fixed_stages(devices, model, stages, max_candidates=0)
+                plan_fixed_stages(devices, model, shards, max_candidates=0)
             continue
-        dp = plan_fixed_stages(devices, model, stages, max_candidates=0)
+        dp = plan_fixed_stages(devices, model, shards, max_candidates=0)
         assert dp.solver == "fixed-stages-dp" and dp.fits
         assert dp.predicted_ms_per_token == pytest.approx(every.predicted_ms_per_token)
         assert [x.device for x in dp.left_out] == [x.device for x in every.left_out]
@@ -156,10 +163,10 @@ def test_an_export_made_from_a_layer_plan_is_placed_as_that_plan(
             layered = solve(devices, model, config)
         except NoPlanFitsError:
             continue
-        stages = [(s.shard.start_layer, s.shard.end_layer) for s in layered.stages]
+        shards = [s.shard for s in layered.stages]
         rank = {name: i for i, name in enumerate(layered.devices)}
         ordered = [devices[0], *sorted(devices[1:], key=lambda d: rank.get(d.name, len(rank)))]
-        placed = plan_fixed_stages(ordered, model, stages, config)
+        placed = plan_fixed_stages(ordered, model, shards, config)
         log.info("layer plan %s, placed %s", layered.layers_arg, placed.layers_arg)
         # the layer plan's own layout is one of the groupings, and no grouping beats the
         # layer-level optimum: the same time (and memory fits)
@@ -172,17 +179,19 @@ def test_a_grouping_that_cannot_fit_says_which_stage_and_the_fix() -> None:
     model = small_model()
     small_coordinator = [device("c", 3.0, 1.0), device("w1", 16, 1.0)]
     with pytest.raises(NoPlanFitsError, match="coordinator c cannot hold the export's first"):
-        plan_fixed_stages(small_coordinator, model, ((0, 4), (4, 8)))
+        plan_fixed_stages(small_coordinator, model, shards_of((0, 4), (4, 8)))
     too_big = [device("c", 4.5, 1.0), device("w1", 4.5, 1.0)]
     with pytest.raises(NoPlanFitsError, match=r"largest \(layers 2-7\).*--stages N or --layers"):
-        plan_fixed_stages(too_big, model, ((0, 2), (2, 8)))
+        plan_fixed_stages(too_big, model, shards_of((0, 2), (2, 8)))
 
 
 def test_stages_that_do_not_cover_the_model_are_refused() -> None:
     check_stages(FOUR, 8)
-    for bad in ([], [(0, 4), (5, 8)], [(0, 4), (4, 4), (4, 8)], [(0, 4)], [(1, 8)]):
+    for bad in ((), shards_of((0, 4), (5, 8)), shards_of((0, 4)), shards_of((1, 8))):
         with pytest.raises(ValueError, match="stage"):
             check_stages(bad, 8)
+    with pytest.raises(ValueError, match=r"invalid layer range \[4, 4\)"):  # no empty stage
+        shards_of((0, 4), (4, 4), (4, 8))
 
 
 def test_a_plan_that_is_not_whole_stages_is_refused_for_deployment() -> None:
@@ -190,13 +199,13 @@ def test_a_plan_that_is_not_whole_stages_is_refused_for_deployment() -> None:
     plan = plan_fixed_stages(devices, small_model(), FOUR)
     assert stage_groups(plan, FOUR) == [("c", (0,)), ("w1", (1, 2, 3))]
     with pytest.raises(PlanMismatchError, match="w1 layers 2-7, which are not whole stages"):
-        stage_groups(plan, ((0, 2), (2, 5), (5, 9)))
+        stage_groups(plan, shards_of((0, 2), (2, 5), (5, 9), n_layers=9))
     with pytest.raises(PlanMismatchError, match="covers 4 of the export's 5 stages"):
-        stage_groups(plan, (*FOUR, (8, 9)))
+        stage_groups(plan, shards_of((0, 2), (2, 4), (4, 6), (6, 8), (8, 9), n_layers=9))
 
 
 def test_a_single_stage_export_runs_on_the_coordinator() -> None:
     devices = [device("c", 16, 5.0), device("w1", 16, 1.0)]
-    plan = plan_fixed_stages(devices, small_model(), ((0, 8),))
+    plan = plan_fixed_stages(devices, small_model(), shards_of((0, 8)))
     assert plan.devices == ("c",) and plan.layers_arg == "0:8"
     assert plan.left_out[0].reason == "the export has a single stage, which the coordinator runs"

@@ -17,8 +17,8 @@ worker rows to :class:`fleetgui.app.fleet_model.FleetModel` with ``upsert`` and 
 from fleetgui.app.deploy.interfaces import (
     DeployCancelledError,
     Deployer,
-    DeployProgress,
     DeployRequest,
+    DeployStep,
     DeviceSource,
     MeasuredDevices,
 )
@@ -27,8 +27,8 @@ from fleetgui.app.worker_status import WorkerRow, WorkerStatus
 
 __all__ = [
     "DeployCancelledError",
-    "DeployProgress",
     "DeployRequest",
+    "DeployStep",
     "Deployer",
     "DeviceSource",
     "FleetActions",

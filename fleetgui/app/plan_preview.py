@@ -34,7 +34,7 @@ from fleetgui.planner import (
     plan_layout,
     solve,
 )
-from fleetgui.planner.fixed_stages import StageRange
+from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,12 @@ class PreviewRequest:
     previous: Plan | None = None  # a plan whose ring order to keep (e.g. the one exported)
 
 
-def export_stages(export_dir: Path) -> list[StageRange]:
-    """The export's stage boundaries (a monolithic export is one stage)."""
+def export_stages(export_dir: Path) -> list[Shard]:
+    """The shard of each of the export's stages (a monolithic export is one stage)."""
     manifest = read_manifest(export_dir)
     if manifest.layout != "stages":
-        return [(0, manifest.n_layers)]
-    return [(s.start_layer, s.end_layer) for s in manifest.stages]
+        return [Shard(manifest.model_id, 0, manifest.n_layers, manifest.n_layers)]
+    return manifest.shards
 
 
 def in_plan_order(devices: Sequence[DeviceProfile], plan: Plan | None) -> list[DeviceProfile]:
@@ -175,12 +175,12 @@ def plan_assignment(
     return assignment_from_plan(plan, export_stages(export_dir), usable, coordinator=coordinator)
 
 
-def rows_of(assignment: Assignment, stages: Sequence[StageRange], here: str) -> list[str]:
+def rows_of(assignment: Assignment, stages: Sequence[Shard], here: str) -> list[str]:
     """``"device start:end"`` per participant of ``assignment``, like
     :func:`~fleetgui.planner.fixed_stages.plan_rows`."""
 
     def text(name: str, indices: Sequence[int]) -> str:
-        return f"{name} {stages[indices[0]][0]}:{stages[indices[-1]][1]}"
+        return f"{name} {stages[indices[0]].start_layer}:{stages[indices[-1]].end_layer}"
 
     rows = [text(here, assignment.local)] if assignment.local else []
     return rows + [text(m.name, m.indices) for m in assignment.members]

@@ -19,13 +19,12 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetgui.app.worker_status import GB
+from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
-
-StageRange = tuple[int, int]  # layers [start, end) of an exported stage
 
 HIDDEN = "hidden states"
 TOKENS = "tokens"
@@ -55,7 +54,7 @@ class FleetLayout:
 
     deployment: int  # tells deployments apart: a new one forgets the last one's moves
     coordinator: str
-    stages: tuple[StageRange, ...]
+    stages: tuple[Shard, ...]  # the layers of each stage
     stage_bytes: tuple[int, ...]  # memory each stage needs (weights and overhead)
     rings: tuple[RingSpec, ...]
     spares: tuple[str, ...] = ()
@@ -91,17 +90,17 @@ class Move:
     source: str
     target: str
     stages: tuple[int, ...]
-    layers: StageRange
+    layers: Shard  # the layers of those stages
 
     @property
     def text(self) -> str:
         return f"{layers_text(self.layers)}: {self.source} → {self.target}"
 
 
-def layers_text(layers: StageRange | None) -> str:
+def layers_text(layers: Shard | None) -> str:
     if layers is None:
         return "no layers"
-    start, end = layers
+    start, end = layers.start_layer, layers.end_layer
     return f"layer {start}" if end - start == 1 else f"layers {start}–{end - 1}"
 
 
@@ -118,7 +117,7 @@ class Node:
     role: Role
     status: str  # the fleet view's status text
     stages: tuple[int, ...] = ()
-    layers: StageRange | None = None  # [start, end) of its stages
+    layers: Shard | None = None  # the layers of its stages
     device: str = "?"
     stage_bytes: int = 0  # memory its stages need
     free_bytes: int | None = None
@@ -181,8 +180,8 @@ class Topology:
         return next((n for n in self.nodes if n.name == name), None)
 
 
-def stage_span(stages: Sequence[StageRange], indices: Sequence[int]) -> StageRange | None:
-    """The layers of consecutive stages ``indices`` (None for none)."""
+def stage_span(stages: Sequence[Shard], indices: Sequence[int]) -> Shard | None:
+    """The layers of consecutive stages ``indices``, as one shard (None for none)."""
     if not indices:
         return None
-    return stages[min(indices)][0], stages[max(indices)][1]
+    return replace(stages[min(indices)], end_layer=stages[max(indices)].end_layer)

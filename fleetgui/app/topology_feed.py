@@ -70,7 +70,7 @@ def sessions_layout(
         lost += [n for n in session.failovers if n not in lost]
     if manifest is None:
         return None
-    stages = tuple((s.start_layer, s.end_layer) for s in manifest.stages)
+    stages = tuple(manifest.shards)
     need = tuple(int(sum(f.size for f in s.files) * MEMORY_OVERHEAD) for s in manifest.stages)
     return FleetLayout(
         deployment, coordinator, stages, need, tuple(rings), tuple(spares), tuple(lost),
@@ -83,9 +83,9 @@ def local_layout(pipeline: object, deployment: int, coordinator: str) -> FleetLa
     stages = getattr(getattr(pipeline, "route", None), "stages", None)
     if not stages:
         return None
-    ranges = tuple((s.shard.start_layer, s.shard.end_layer) for s in stages)
-    ring = RingSpec(tuple(range(len(ranges))), ())
-    return FleetLayout(deployment, coordinator, ranges, (0,) * len(ranges), (ring,))
+    shards = tuple(s.shard for s in stages)
+    ring = RingSpec(tuple(range(len(shards))), ())
+    return FleetLayout(deployment, coordinator, shards, (0,) * len(shards), (ring,))
 
 
 class DeploymentLayout:

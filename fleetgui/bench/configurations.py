@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from fleetgui.fleet.ring_topology import Topology
+
 
 class Mode(StrEnum):
     """How a configuration decodes."""
@@ -36,7 +38,7 @@ class Configuration:
     streams: int = 1
     k: int | None = None  # speculative modes: a fixed K, or None for K auto
     draft: str | None = None  # speculative modes: the drafter's label (``ngram`` or a folder name)
-    topology: str = "ring"  # ring | hub
+    topology: Topology = Topology.RING
     prompt_tokens: int | None = None  # TTFT: the prompt's length in tokens
     at_delay: float | None = None  # measured at this delay only (the hub's comparison)
 
@@ -63,7 +65,7 @@ class Configuration:
             parts += [f"k{self.k_text}", str(self.draft)]
         if self.mode == Mode.TTFT:
             parts.append(str(self.prompt_tokens))
-        if self.topology != "ring":
+        if self.topology is not Topology.RING:
             parts.append(self.topology)
         return "/".join(parts)
 
@@ -75,7 +77,7 @@ class Configuration:
             case Mode.MONOLITHIC:
                 return "monolithic (openvino_genai, 1 core)"
             case Mode.PP:
-                return "PP" if self.topology == "ring" else f"PP, {self.topology}"
+                return "PP" if self.topology is Topology.RING else f"PP, {self.topology}"
             case Mode.PP_MB:
                 return f"PP+MB, {self.streams} streams"
             case Mode.PP_SD:
@@ -117,7 +119,7 @@ def build_configurations(
     out += [Configuration(Mode.PP_SD_MB, streams=s, draft=drafts[0]) for s in mb_streams]
     out += [Configuration(Mode.TTFT, prompt_tokens=n) for n in ttft_lengths]
     if hub_delay is not None:
-        out.append(Configuration(Mode.PP, topology="hub", at_delay=hub_delay))
+        out.append(Configuration(Mode.PP, topology=Topology.HUB, at_delay=hub_delay))
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from fleetgui.bench.configurations import Configuration, Mode, full_stack
 from fleetgui.bench.measure import Breakdown, RunFigures
+from fleetgui.fleet.ring_topology import Topology
 
 BASELINE_DELAY = -1.0  # the monolithic baseline's cell: it runs on no network
 
@@ -138,7 +139,7 @@ class Results:
             out["k_auto_vs_best_fixed"][delay_key(delay)] = [
                 choice for d in drafts if (choice := self.k_choice(delay, d)) is not None
             ]
-        hub = next((c for c in self.configurations if c.topology == "hub"), None)
+        hub = next((c for c in self.configurations if c.topology is Topology.HUB), None)
         if hub is not None and hub.at_delay is not None:
             ratio = self.paired(
                 self.find(Mode.PP.value, hub.at_delay), self.find(hub.key, hub.at_delay)

@@ -30,6 +30,7 @@ from fleetgui.bench.progress import Progress
 from fleetgui.bench.prompts import pick, prompt_of_length, request_texts
 from fleetgui.bench.results import Results
 from fleetgui.fleet.coordinator import FleetSession
+from fleetgui.fleet.ring_topology import Topology
 from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.auto_k import AutoK
 from fleetgui.runtime.generation import GenerationOptions
@@ -215,9 +216,9 @@ class Sweep:
             return await measure(self.pipeline, prompts, options)
 
     @contextlib.asynccontextmanager
-    async def _topology(self, topology: str) -> AsyncIterator[None]:
+    async def _topology(self, topology: Topology) -> AsyncIterator[None]:
         """The session's workers formed into ``topology`` for a run, and back after."""
-        before = "ring" if self.session is None else self.session.config.topology
+        before = Topology.RING if self.session is None else self.session.config.topology
         if topology == before:
             yield
             return
@@ -227,7 +228,7 @@ class Sweep:
         finally:
             await self._form(before)
 
-    async def _form(self, topology: str) -> None:
+    async def _form(self, topology: Topology) -> None:
         session = self.session
         if session is None or session.assignment is None:
             raise RuntimeError("nothing deployed")

@@ -51,8 +51,10 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class StageEntry:
+    """A stage as ``manifest.json`` stores it; its layers as a value: :meth:`Manifest.shard`."""
+
     index: int
-    start_layer: int
+    start_layer: int  # start/end: the JSON form, kept so every export loads
     end_layer: int
     files: tuple[FileEntry, ...]
     inputs: tuple[str, ...]
@@ -121,11 +123,13 @@ class Manifest:
         return f"{self.model_name}@{self.model_hash[:12]}"
 
     def shard(self, index: int) -> Shard:
+        """The layers of the stage at ``index``."""
         stage = self.stages[index]
         return Shard(self.model_id, stage.start_layer, stage.end_layer, self.n_layers)
 
     @property
     def shards(self) -> list[Shard]:
+        """The layers of every stage, in order."""
         return [self.shard(i) for i in range(len(self.stages))]
 
     def to_json(self) -> str:

@@ -18,8 +18,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from fleetgui.errors import FleetguiError
-from fleetgui.planner.fixed_stages import StageRange, stage_groups
+from fleetgui.planner.fixed_stages import stage_groups
 from fleetgui.planner.plan import Plan
+from fleetgui.shard import Shard
 
 MEMORY_OVERHEAD = 1.25  # compiled stage + KV + activations, relative to its weight files
 GB = 1e9
@@ -31,11 +32,10 @@ class AssignmentError(FleetguiError):
 
 @dataclass(frozen=True, slots=True)
 class StageUnit:
-    """An exported stage as the assignment sees it."""
+    """An exported stage as the assignment sees it: its layers and the size of its files."""
 
     index: int
-    start_layer: int
-    end_layer: int
+    shard: Shard
     weight_bytes: int
 
     @property
@@ -91,7 +91,7 @@ class Assignment:
 
 def _layers(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
     by_index = {u.index: u for u in units}
-    return sum(by_index[i].end_layer - by_index[i].start_layer for i in indices)
+    return sum(by_index[i].shard.n_stage_layers for i in indices)
 
 
 def _bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
@@ -101,7 +101,8 @@ def _bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
 
 def _layer_text(units: Sequence[StageUnit], indices: Sequence[int]) -> str:
     by_index = {u.index: u for u in units}
-    return f"layers {by_index[indices[0]].start_layer}-{by_index[indices[-1]].end_layer - 1}"
+    first, last = by_index[indices[0]].shard, by_index[indices[-1]].shard
+    return f"layers {first.start_layer}-{last.end_layer - 1}"
 
 
 def need_bytes(units: Sequence[StageUnit], indices: Sequence[int]) -> int:
@@ -120,9 +121,8 @@ def stages_text(units: Sequence[StageUnit], indices: Sequence[int]) -> str:
     else:
         numbers = "stages " + ", ".join(str(i) for i in ordered)
     by_index = {u.index: u for u in units}
-    layers = sorted(
-        layer for i in ordered for layer in range(by_index[i].start_layer, by_index[i].end_layer)
-    )
+    shards = [by_index[i].shard for i in ordered]
+    layers = sorted(layer for s in shards for layer in range(s.start_layer, s.end_layer))
     if layers == list(range(layers[0], layers[-1] + 1)):
         return f"{numbers} (layers {layers[0]}-{layers[-1]})"
     return numbers
@@ -282,12 +282,13 @@ def failover_all(
 
 
 def assignment_from_plan(
-    plan: Plan, stages: Sequence[StageRange], usable: Sequence[str], *, coordinator: str
+    plan: Plan, stages: Sequence[Shard], usable: Sequence[str], *, coordinator: str
 ) -> Assignment:
-    """The assignment that deploys ``plan`` on an export with ``stages``: the ``coordinator``
-    (the plan's first device) runs the first group of stages, each further device its group, in
-    ring order; the other ``usable`` workers are spares. Raises ``FleetguiError`` when the plan
-    does not fit the export's stages or names a PC that cannot be used now."""
+    """The assignment that deploys ``plan`` on an export with ``stages`` (their shards, in
+    order): the ``coordinator`` (the plan's first device) runs the first group of stages, each
+    further device its group, in ring order; the other ``usable`` workers are spares. Raises
+    ``FleetguiError`` when the plan does not fit the export's stages or names a PC that cannot be
+    used now."""
     groups = stage_groups(plan, stages)
     (first, local), rest = groups[0], groups[1:]
     if first != coordinator:

@@ -26,7 +26,7 @@ import math
 import re
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from fleetgui.net.protocol import ErrorCode, Message, Op, RemoteError
 from fleetgui.paths import data_dir
 from fleetgui.planner.profiles import ComputeProfile, DeviceProfile, MachineProfile
 from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.shard import Shard
 from fleetgui.worker.blob_store import WantedFile
 from fleetgui.worker.probe_timing import TIMINGS_FILE, ProbeSpec, TimingCache, measure_probe
 
@@ -57,30 +58,19 @@ class ProbeShard:
     """The stage IR of an export that every PC times (see the module doc)."""
 
     root: Path  # the export folder the files are relative to
-    model_id: str
+    shard: Shard  # the layers the IR runs
     model_file: str  # the IR (.xml) among ``files``
     files: tuple[FileEntry, ...]  # its .xml and .bin
-    start_layer: int
-    end_layer: int
-    n_model_layers: int
     hidden_size: int
     weight_format: str
-
-    @property
-    def n_layers(self) -> int:
-        return self.end_layer - self.start_layer
-
-    @property
-    def is_first(self) -> bool:
-        return self.start_layer == 0
 
     def spec(self, devices: Sequence[str] = (), **timing: Any) -> ProbeSpec:
         """The PROFILE request for this probe (``timing``: ProbeSpec's timing fields)."""
         return ProbeSpec(
             self.model_file,
             tuple(WantedFile(f.path, f.sha256, f.size) for f in self.files),
-            self.n_layers,
-            self.is_first,
+            self.shard.n_stage_layers,
+            self.shard.is_first,
             self.hidden_size,
             self.weight_format,
             tuple(devices),
@@ -88,37 +78,35 @@ class ProbeShard:
         )
 
     def __str__(self) -> str:
-        if self.n_layers == 1:
-            return f"{self.model_file} (layer {self.start_layer})"
-        return f"{self.model_file} (layers {self.start_layer}-{self.end_layer - 1})"
+        shard = self.shard
+        if shard.n_stage_layers == 1:
+            return f"{self.model_file} (layer {shard.start_layer})"
+        return f"{self.model_file} (layers {shard.start_layer}-{shard.end_layer - 1})"
 
 
 def probe_candidates(export_dir: Path, manifest: Manifest) -> list[ProbeShard]:
     """Every single IR of the export as a probe: a stage's one model, or each part of a stage
     exported in chunks (its parts are named by layer range)."""
     found: list[ProbeShard] = []
-    for stage in manifest.stages:
+    for stage, shard in zip(manifest.stages, manifest.shards, strict=True):
         by_path = {f.path: f for f in stage.files}
         models = stage.model_files
         for model in models:
             if len(models) == 1:
-                start, end = stage.start_layer, stage.end_layer
+                start, end = shard.start_layer, shard.end_layer
             elif match := _PART_NAME.search(model):
                 start, end = int(match[1]), int(match[2])
             else:
                 continue
             weights = by_path.get(model[: -len(".xml")] + ".bin")
-            if model not in by_path or weights is None or not 0 <= start < end:
+            if model not in by_path or weights is None or not 0 <= start < end <= shard.n_layers:
                 continue
             found.append(
                 ProbeShard(
                     Path(export_dir),
-                    manifest.model_id,
+                    replace(shard, start_layer=start, end_layer=end),
                     model,
                     (by_path[model], weights),
-                    start,
-                    end,
-                    manifest.n_layers,
                     manifest.hidden_size,
                     manifest.weight_format,
                 )
@@ -140,7 +128,12 @@ def choose_probe(export_dir: Path) -> ProbeShard:
         )
     return min(
         candidates,
-        key=lambda p: (p.end_layer == p.n_model_layers, p.is_first, p.n_layers, p.start_layer),
+        key=lambda p: (
+            p.shard.is_last,
+            p.shard.is_first,
+            p.shard.n_stage_layers,
+            p.shard.start_layer,
+        ),
     )
 
 
@@ -192,7 +185,13 @@ def _profile_from(
         for device in sorted(timings)
     )
     machine = MachineProfile(
-        name, probe.model_id, probe.weight_format, compute, free, disk_read_bytes_per_s, rtt_ms
+        name,
+        probe.shard.model_id,
+        probe.weight_format,
+        compute,
+        free,
+        disk_read_bytes_per_s,
+        rtt_ms,
     )
     return WorkerProfile(machine, stage_device, bool(meta.get("from_cache")), bytes_sent, failed)
 

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field, replace
 
 from fleetgui.fleet.assignment import Assignment, assignment_from_plan
 from fleetgui.planner import cost
-from fleetgui.planner.fixed_stages import StageRange, plan_fixed_stages
+from fleetgui.planner.fixed_stages import plan_fixed_stages
 from fleetgui.planner.model_profile import ModelProfile
 from fleetgui.planner.plan import Plan, PlanConfig
 from fleetgui.planner.profiles import DeviceProfile
 from fleetgui.planner.replan import DEFAULT_DRIFT, DEFAULT_MIN_GAIN, SpeedDrift, improve
+from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PlanContext:
     """What the deployed plan was made from: device profiles (coordinator first), the model's
-    profile, the export's stage boundaries and the planner's settings."""
+    profile, the export's stages (the shard of each) and the planner's settings."""
 
     devices: tuple[DeviceProfile, ...]
     model: ModelProfile
-    stages: tuple[StageRange, ...]
+    stages: tuple[Shard, ...]
     config: PlanConfig = field(default_factory=PlanConfig)
 
     @property
@@ -144,7 +145,7 @@ class LiveReplanner:
             return None
         stages = self.context.stages
         ring = [
-            (by_name[name], sum(stages[i][1] - stages[i][0] for i in indices))
+            (by_name[name], sum(stages[i].n_stage_layers for i in indices))
             for name, indices in parts
         ]
         return cost.evaluate(ring, self.context.model, self.context.config, solver="deployed")

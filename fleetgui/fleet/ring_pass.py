@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fleetgui.fleet.link import Dispatcher, WorkerLink
+from fleetgui.fleet.ring_topology import Topology
 from fleetgui.net.forward_codec import encode_forward, result_from_message
 from fleetgui.net.protocol import raise_if_error
 from fleetgui.net.secure_socket import RequestTimeoutError
@@ -49,7 +50,7 @@ async def run_pass(
             raise RuntimeError("the coordinator's stages returned no hidden states")
         current = replace(request, payload=result.payload)
     if ring.members:
-        targets = [ring.members[0]] if ring.topology == "ring" else list(ring.members)
+        targets = [ring.members[0]] if ring.topology is Topology.RING else list(ring.members)
         for position, link in enumerate(targets):
             last = position == len(targets) - 1
             sent = current if last else replace(current, head=None)

@@ -36,6 +36,7 @@ import numpy as np
 from fleetgui.fleet.decode_client import decode_on_worker
 from fleetgui.fleet.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.ring_pass import run_pass
+from fleetgui.fleet.ring_topology import Topology
 from fleetgui.fleet.route_admission import Admission
 from fleetgui.net.forward_codec import MAX_DECODE_STEPS, DecodeSteps
 from fleetgui.net.protocol import Message, Op
@@ -61,7 +62,7 @@ class Ring:
     epoch: int
     local: tuple[Stage, ...]
     members: tuple[WorkerLink, ...]
-    topology: str = "ring"  # ring | hub
+    topology: Topology = Topology.RING
     n_stages: int = 0  # stages of the model in all (the coordinator's and the workers')
 
     @functools.cached_property

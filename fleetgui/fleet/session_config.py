@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from fleetgui.fleet.link import LinkConfig, WorkerLink
 from fleetgui.fleet.ring_route import RouteConfig
+from fleetgui.fleet.ring_topology import Topology
 from fleetgui.runtime.loader import LocalPipelineConfig
 
 
@@ -27,7 +28,7 @@ class CoordinatorConfig:
 
     link: LinkConfig = field(default_factory=LinkConfig)
     route: RouteConfig = field(default_factory=RouteConfig)
-    topology: str = "ring"  # ring | hub (hub only to compare against)
+    topology: Topology = Topology.RING
     local_stages: int = 1  # stages the coordinator runs itself
     local: LocalPipelineConfig = field(default_factory=LocalPipelineConfig)
     worker_threads: int = 0  # asked of workers; a worker's own --threads wins

@@ -25,6 +25,7 @@ from fleetgui.fleet.assignment import Assignment, Member, StageUnit, initial_ass
 from fleetgui.fleet.deploy import ProgressCallback, load_stages
 from fleetgui.fleet.ring_route import Ring
 from fleetgui.fleet.ring_setup import CoordinatorStages, link_members
+from fleetgui.fleet.ring_topology import Topology
 from fleetgui.fleet.session_config import LinkReason, LinkState
 from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.loader import safe_stage_config
@@ -53,10 +54,8 @@ class SessionDeployment:
         """The deployed export's stages, as the assignment functions place them."""
         if self.manifest is None:
             raise FleetguiError("no export deployed")
-        return [
-            StageUnit(s.index, s.start_layer, s.end_layer, sum(f.size for f in s.files))
-            for s in self.manifest.stages
-        ]
+        stages = zip(self.manifest.stages, self.manifest.shards, strict=True)
+        return [StageUnit(s.index, shard, sum(f.size for f in s.files)) for s, shard in stages]
 
     async def deploy(
         self,
@@ -135,7 +134,7 @@ class SessionDeployment:
     async def _setup_ring(self, assignment: Assignment) -> Ring:
         self._epoch += 1
         members = [self.session.links[m.name] for m in assignment.members]
-        await link_members(members, self._epoch, hub=self.session.config.topology == "hub")
+        await link_members(members, self._epoch, hub=self.session.config.topology is Topology.HUB)
         log.info(
             "ring epoch %d: coordinator stages %s, then %s",
             self._epoch,

@@ -5,7 +5,8 @@ coordinator runs the first stage(s), then each device it uses runs the next cons
 in the order the devices are given (coordinator first, then ring order); a device may be left
 out. :func:`plan_fixed_stages` scores every such grouping with :func:`cost.evaluate` and returns
 the best as a :class:`Plan` whose layer ranges are unions of whole stages: exactly what the fleet
-deployer deploys (:func:`stage_groups` maps the plan back to stage indices).
+deployer deploys (:func:`stage_groups` maps the plan back to stage indices). The export's stages
+are given as the :class:`~fleetgui.shard.Shard` of each, in order.
 
 With ``S`` stages and ``W`` workers there are ``C(W + S - 1, S - 1)`` groupings (e.g. 15 for 3
 stages on 4 workers, 6435 for 8 stages on 8): up to ``max_candidates`` of them are all scored,
@@ -26,11 +27,11 @@ from fleetgui.planner.model_profile import ModelProfile
 from fleetgui.planner.plan import GB, LeftOut, Plan, PlanConfig
 from fleetgui.planner.profiles import DeviceProfile
 from fleetgui.planner.solver import NoPlanFitsError
+from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
 
 MAX_CANDIDATES = 20_000  # groupings scored one by one; more: dynamic programme (see module doc)
-StageRange = tuple[int, int]  # half-open [start_layer, end_layer) of one exported stage
 Grouping = tuple[tuple[int, int], ...]  # (device position, end stage, exclusive) per ring member
 
 
@@ -38,17 +39,21 @@ class PlanMismatchError(FleetguiError):
     """A plan's layer ranges do not line up with an export's stages."""
 
 
-def check_stages(stages: Sequence[StageRange], n_layers: int) -> None:
-    """Raise ``ValueError`` unless ``stages`` cover ``[0, n_layers)`` in order, none empty."""
+def _ranges(stages: Sequence[Shard]) -> str:
+    return ", ".join(f"{s.start_layer}:{s.end_layer}" for s in stages)
+
+
+def check_stages(stages: Sequence[Shard], n_layers: int) -> None:
+    """Raise ``ValueError`` unless ``stages`` cover ``[0, n_layers)`` in order."""
     if not stages:
         raise ValueError("an export has at least one stage")
     expected = 0
-    for start, end in stages:
-        if start != expected or end <= start:
-            raise ValueError(f"stages must be consecutive non-empty layer ranges from 0: {stages}")
-        expected = end
+    for stage in stages:
+        if stage.start_layer != expected:
+            raise ValueError(f"stages must be consecutive layer ranges from 0: {_ranges(stages)}")
+        expected = stage.end_layer
     if expected != n_layers:
-        raise ValueError(f"the stages {list(stages)} do not cover the model's {n_layers} layers")
+        raise ValueError(f"the stages {_ranges(stages)} do not cover the model's {n_layers} layers")
 
 
 def _groupings(n_stages: int, n_devices: int) -> Iterator[Grouping]:
@@ -73,14 +78,14 @@ class _Search:
         self,
         devices: Sequence[DeviceProfile],
         model: ModelProfile,
-        stages: Sequence[StageRange],
+        stages: Sequence[Shard],
         config: PlanConfig,
     ) -> None:
         self.devices, self.model, self.stages, self.config = devices, model, stages, config
 
     def layers(self, first: int, end: int) -> int:
         """Layers of stages ``[first, end)``."""
-        return self.stages[end - 1][1] - self.stages[first][0]
+        return self.stages[end - 1].end_layer - self.stages[first].start_layer
 
     def evaluate(self, groups: Grouping, solver: str, left_out: Sequence[LeftOut] = ()) -> Plan:
         ring: list[tuple[DeviceProfile, int]] = []
@@ -158,7 +163,7 @@ class _Search:
 def plan_fixed_stages(
     devices: Sequence[DeviceProfile],
     model: ModelProfile,
-    stages: Sequence[StageRange],
+    stages: Sequence[Shard],
     config: PlanConfig | None = None,
     *,
     max_candidates: int = MAX_CANDIDATES,
@@ -256,7 +261,7 @@ def _no_room(search: _Search, position: int) -> str:
     usable = cost.capacity_bytes(search.devices[position], config) / GB
     smallest = min(
         cost.stage_memory_bytes(
-            stages[i][1] - stages[i][0], model, config, first=False, last=i == last - 1
+            stages[i].n_stage_layers, model, config, first=False, last=i == last - 1
         )
         for i in range(1, last)
     )
@@ -280,15 +285,16 @@ def _no_fit_message(search: _Search) -> str:
             search.layers(0, 1), model, config, first=True, last=len(stages) == 1
         )
         usable = cost.capacity_bytes(coordinator, config)
+        first = stages[0]
         return (
             f"the coordinator {coordinator.name} cannot hold the export's first stage (layers "
-            f"{stages[0][0]}-{stages[0][1] - 1}): it needs {need / GB:.2f} GB with the "
+            f"{first.start_layer}-{first.end_layer - 1}): it needs {need / GB:.2f} GB with the "
             f"embedding, its KV cache and the runtime, and {coordinator.name} has "
             f"{max(0, usable) / GB:.2f} GB after {config.headroom_bytes / GB:.1f} GB headroom: "
             f"{fix}"
         )
-    largest = max(range(len(stages)), key=lambda i: stages[i][1] - stages[i][0])
-    start, end = stages[largest]
+    largest = max(range(len(stages)), key=lambda i: stages[i].n_stage_layers)
+    start, end = stages[largest].start_layer, stages[largest].end_layer
     need = cost.stage_memory_bytes(
         end - start, model, config, first=largest == 0, last=largest == len(stages) - 1
     )
@@ -307,25 +313,26 @@ def plan_rows(plan: Plan) -> list[str]:
     return [f"{s.device} {s.shard.start_layer}:{s.shard.end_layer}" for s in plan.stages]
 
 
-def stage_groups(plan: Plan, stages: Sequence[StageRange]) -> list[tuple[str, tuple[int, ...]]]:
+def stage_groups(plan: Plan, stages: Sequence[Shard]) -> list[tuple[str, tuple[int, ...]]]:
     """Each device of ``plan`` (in ring order) with the indices of the export's stages that make
     up its layer range. Raises :class:`PlanMismatchError` when a range is not whole stages."""
     groups: list[tuple[str, tuple[int, ...]]] = []
     index = 0
     for row in plan.stages:
         first = index
-        while index < len(stages) and stages[index][1] <= row.shard.end_layer:
+        while index < len(stages) and stages[index].end_layer <= row.shard.end_layer:
             index += 1
         members = tuple(range(first, index))
         if (
             not members
-            or stages[first][0] != row.shard.start_layer
-            or stages[index - 1][1] != row.shard.end_layer
+            or stages[first].start_layer != row.shard.start_layer
+            or stages[index - 1].end_layer != row.shard.end_layer
         ):
             raise PlanMismatchError(
                 f"the plan gives {row.device} layers {row.shard.start_layer}-"
                 f"{row.shard.end_layer - 1}, which are not whole stages of the export "
-                f"({', '.join(f'{s}-{e - 1}' for s, e in stages)}): preview the plan again"
+                f"({', '.join(f'{s.start_layer}-{s.end_layer - 1}' for s in stages)}): preview "
+                "the plan again"
             )
         groups.append((row.device, members))
     if index != len(stages):

@@ -217,10 +217,10 @@ def profile_from_export(
     )
     actual = sum(f.size for s in manifest.stages for f in s.files if f.path.endswith(".bin"))
     predicted = sum(
-        (s.end_layer - s.start_layer) * profile.layer_weight_bytes
-        + (profile.embedding_bytes if s.start_layer == 0 else 0)
-        + (profile.lm_head_bytes if s.end_layer == manifest.n_layers else 0)
-        for s in manifest.stages
+        s.n_stage_layers * profile.layer_weight_bytes
+        + (profile.embedding_bytes if s.is_first else 0)
+        + (profile.lm_head_bytes if s.is_last else 0)
+        for s in manifest.shards
     )
     if actual > 0 and predicted > 0 and manifest.layout == "stages":
         profile = replace(profile, bytes_scale=actual / predicted)

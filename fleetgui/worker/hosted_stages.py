@@ -43,13 +43,22 @@ class StageSpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class StageSpec:
-    """One stage to load: its layer range, its files and which of them are its IR models."""
+    """One stage to load: its layers, its files and which of them are its IR models."""
 
     index: int
-    start_layer: int
-    end_layer: int
+    shard: Shard
     model_files: tuple[str, ...]
     files: tuple[WantedFile, ...]
+
+    def to_meta(self) -> dict[str, Any]:
+        """The stage as a LOAD_STAGE meta describes it."""
+        return {
+            "index": self.index,
+            "start_layer": self.shard.start_layer,
+            "end_layer": self.shard.end_layer,
+            "model_files": list(self.model_files),
+            "files": [asdict(f) for f in self.files],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +95,7 @@ class LoadSpec:
         return list(unique.values())
 
     def to_meta(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "stages": [stage.to_meta() for stage in self.stages]}
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> LoadSpec:
@@ -98,13 +107,15 @@ class LoadSpec:
                 or not 0 < len(stages_meta) <= MAX_STAGES_PER_WORKER
             ):
                 raise StageSpecError("'stages' must be a non-empty list")
-            stages = tuple(_stage_from(s) for s in stages_meta)
+            model_id = str(meta["model_id"])[:300]
             n_layers = int(meta["n_layers"])
+            stages = tuple(_stage_from(s, model_id, n_layers) for s in stages_meta)
             for before, after in itertools.pairwise(stages):
-                if after.index != before.index + 1 or after.start_layer != before.end_layer:
+                if (
+                    after.index != before.index + 1
+                    or after.shard.start_layer != before.shard.end_layer
+                ):
                     raise StageSpecError("a worker's stages must be consecutive")
-            if stages[-1].end_layer > n_layers:
-                raise StageSpecError("a stage ends past the model's last layer")
             weight_format = str(meta["weight_format"])
             if weight_format not in WEIGHT_FORMATS:
                 raise StageSpecError(f"unknown weight format {weight_format!r}")
@@ -112,7 +123,7 @@ class LoadSpec:
             if not 0 <= threads <= 1024:
                 raise StageSpecError("'threads' is out of range")
             return cls(
-                str(meta["model_id"])[:300],
+                model_id,
                 n_layers,
                 weight_format,
                 stages,
@@ -128,7 +139,7 @@ class LoadSpec:
             raise StageSpecError(f"malformed stage description: {exc!r}") from exc
 
 
-def _stage_from(data: Any) -> StageSpec:
+def _stage_from(data: Any, model_id: str, n_layers: int) -> StageSpec:
     if not isinstance(data, dict):
         raise StageSpecError("each stage must be an object")
     files = tuple(
@@ -142,7 +153,9 @@ def _stage_from(data: Any) -> StageSpec:
     start, end = int(data["start_layer"]), int(data["end_layer"])
     if not 0 <= start < end:
         raise StageSpecError(f"bad layer range [{start}, {end})")
-    return StageSpec(int(data["index"]), start, end, model_files, files)
+    if end > n_layers:
+        raise StageSpecError("a stage ends past the model's last layer")
+    return StageSpec(int(data["index"]), Shard(model_id, start, end, n_layers), model_files, files)
 
 
 class HostedStages:
@@ -174,7 +187,7 @@ class HostedStages:
         stages = [
             LocalStage(
                 stage.index,
-                Shard(spec.model_id, stage.start_layer, stage.end_layer, spec.n_layers),
+                stage.shard,
                 [folder / name for name in stage.model_files],
                 config,
                 core=core,

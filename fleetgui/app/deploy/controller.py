@@ -77,7 +77,7 @@ class DeploymentController(QObject):
     layout_ready = Signal(str)  # the layout for the replies at once, and what Deploy runs
     measuring = Signal(str)  # what the layer time measurement is doing
     layer_times_ready = Signal(str)  # where the plan's layer times come from (MeasuredDevices)
-    deploy_progress = Signal(object)  # DeployProgress
+    deploy_progress = Signal(object)  # DeployStep
     deployed = Signal(str)  # description of what now serves the chat
     failed = Signal(str)  # message with the fix
     cancelled = Signal(str)  # what was cancelled

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from fleetgui.app.deploy.interfaces import (
     Deployer,
-    DeployProgress,
     DeployRequest,
+    DeployStep,
     ProgressCallback,
     ServedPipeline,
 )
@@ -67,17 +67,17 @@ def ring_order(endpoints: Sequence[WorkerEndpoint], plan: Plan | None) -> list[s
     return planned + [name for name in usable if name not in planned]
 
 
-def app_progress(step: fleet_deploy.DeployProgress) -> DeployProgress:
+def app_progress(step: fleet_deploy.DeployProgress) -> DeployStep:
     """A fleet deployment step as the deployment view's progress bar shows it."""
     match step.phase:
         case fleet_deploy.DeployPhase.LOAD:
-            return DeployProgress(step.worker, "loading the stages", 99, 100)
+            return DeployStep(step.worker, "loading the stages", 99, 100)
         case fleet_deploy.DeployPhase.READY:
-            return DeployProgress(step.worker, "ready", 1, 1)
+            return DeployStep(step.worker, "ready", 1, 1)
     if step.total == 0:
-        return DeployProgress(step.worker, "files already there", 0, 100)
+        return DeployStep(step.worker, "files already there", 0, 100)
     what = f"sending {Path(step.file).name}" if step.file else "files sent"
-    return DeployProgress(step.worker, what, step.sent, step.total)
+    return DeployStep(step.worker, what, step.sent, step.total)
 
 
 def plan_context(request: DeployRequest) -> PlanContext:
@@ -151,7 +151,7 @@ class FleetDeployer(Deployer):
     ) -> Pipeline:
         here = coordinator_name()
         await session.connect(endpoints)
-        progress(DeployProgress(here, "compiling stage 0", 0, 1))
+        progress(DeployStep(here, "compiling stage 0", 0, 1))
         order = ring_order(endpoints, request.plan)
         await session.deploy(
             request.export_dir,
@@ -162,7 +162,7 @@ class FleetDeployer(Deployer):
         pipeline = await session.open_pipeline(draft_dir=request.draft_dir)
         if request.plan is not None and request.devices and request.plan_config is not None:
             session.replan_with(await asyncio.to_thread(plan_context, request))
-        progress(DeployProgress(here, "ready", 1, 1))
+        progress(DeployStep(here, "ready", 1, 1))
         assignment = session.assignment
         if assignment is not None:
             log.info(

@@ -50,8 +50,9 @@ class DeployRequest:
 
 
 @dataclass(frozen=True)
-class DeployProgress:
-    """One step of a deployment on one PC, for a progress bar per worker."""
+class DeployStep:
+    """One step of a deployment on one PC, for a progress bar per worker (a fleet's
+    :class:`fleetgui.fleet.deploy.DeployProgress`, bytes sent, is shown as one of these)."""
 
     worker: str  # device name, as in the plan
     step: str  # e.g. "sending stage_1.bin", "compiling", "ready"
@@ -66,7 +67,7 @@ class DeployProgress:
         return f"{self.worker}: {self.step} ({self.fraction:.0%})"
 
 
-ProgressCallback = Callable[[DeployProgress], None]
+ProgressCallback = Callable[[DeployStep], None]
 
 
 class Deployer(ABC):

@@ -10,8 +10,8 @@ from dataclasses import replace
 from fleetgui.app.deploy.interfaces import (
     DeployCancelledError,
     Deployer,
-    DeployProgress,
     DeployRequest,
+    DeployStep,
     DeviceSource,
     ProgressCallback,
 )
@@ -39,7 +39,7 @@ class LocalDeployer(Deployer):
                 f"the plan uses other PCs ({others}) but the fleet is not available in this "
                 "version: plan for this PC only"
             )
-        progress(DeployProgress(worker, "compiling the stages", 0, 1))
+        progress(DeployStep(worker, "compiling the stages", 0, 1))
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
             None,
@@ -53,7 +53,7 @@ class LocalDeployer(Deployer):
             # the load cannot be interrupted; close whatever it builds once it is done
             future.add_done_callback(_close_when_loaded)
             raise
-        progress(DeployProgress(worker, "ready", 1, 1))
+        progress(DeployStep(worker, "ready", 1, 1))
         return pipeline
 
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fleetgui.app.deploy.interfaces import DeployProgress, DeployRequest, ProgressCallback
+from fleetgui.app.deploy.interfaces import DeployRequest, DeployStep, ProgressCallback
 from fleetgui.app.plan_preview import export_stages
 from fleetgui.errors import FleetguiError
 
@@ -102,7 +102,7 @@ async def deploy_replicas(
     for group in groups:
         what = "loading a whole copy" if len(group) == 1 else f"loading a {len(group)}-PC pipeline"
         for endpoint in group:
-            progress(DeployProgress(endpoint.name, what, 0, 1))
+            progress(DeployStep(endpoint.name, what, 0, 1))
     try:
         pipeline = await open_copies(
             request.export_dir, groups, identity, config, draft_dir=request.draft_dir
@@ -117,10 +117,10 @@ async def deploy_replicas(
         assert replica.session.assignment is not None  # deployed by open_copies
         members = replica.session.assignment.members
         for member in members:
-            start, end = stages[member.indices[0]][0], stages[member.indices[-1]][1]
+            start, end = stages[member.indices[0]].start_layer, stages[member.indices[-1]].end_layer
             role = "a whole copy" if len(members) == 1 else f"replica {replica.name}"
             on_event(member.name, LinkState.BUSY, f"{role} (layers {start}-{end - 1})")
-            progress(DeployProgress(member.name, "ready", 1, 1))
+            progress(DeployStep(member.name, "ready", 1, 1))
     return pipeline
 
 

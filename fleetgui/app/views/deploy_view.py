@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.deploy.interfaces import DeployProgress
+from fleetgui.app.deploy.interfaces import DeployStep
 from fleetgui.app.deploy.jobs import JobState
 from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.settings import WEIGHTS
@@ -253,7 +253,7 @@ class DeploymentView(QWidget):
     def on_layer_times(self, text: str) -> None:
         self.layer_times.setText(text)
 
-    def on_deploy_progress(self, progress: DeployProgress) -> None:
+    def on_deploy_progress(self, progress: DeployStep) -> None:
         bar = self.worker_bars.get(progress.worker)
         if bar is None:
             bar = self.worker_bars[progress.worker] = QProgressBar()
