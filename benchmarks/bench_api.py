@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from common import bench_cache, print_figures
-from fleet_support import coordinator_identity, running_workers
 
 from fleetgui.api.served import ServedModel, fleet_stage_streams
 from fleetgui.api.server import ApiServer, ServerConfig
 from fleetgui.fleet.coordinator import FleetSession
+from fleetgui.fleet.local_fleet import LocalFleet
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.generation import GenerationOptions, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
@@ -212,14 +212,9 @@ def main() -> None:
 
         args.export = export_real()
     os.sched_setaffinity(0, {0})  # the coordinator's PC
-    root = bench_cache() / "api"
-    root.mkdir(parents=True, exist_ok=True)
-    identity = coordinator_identity(root / "coordinator")
-    keys = root / "authorized_keys"
-    keys.write_text(f"{identity.public} bench\n")
-    prefix = ["taskset", "-c", "1"]
-    with running_workers(root, ["w1"], keys, precision="auto", prefix=prefix) as workers:
-        asyncio.run(bench(args, args.export, workers[0].endpoint, identity))
+    with LocalFleet(bench_cache() / "api", cores={"w1": (1,)}) as fleet:
+        (worker,) = fleet.start(["w1"])
+        asyncio.run(bench(args, args.export, worker.endpoint, fleet.identity()))
 
 
 if __name__ == "__main__":

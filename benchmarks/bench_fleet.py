@@ -35,8 +35,6 @@ import contextlib
 import logging
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,10 +52,11 @@ from common import (
     paired,
     print_figures,
 )
-from fleet_support import WorkerProcess, coordinator_identity, running_workers
 
+from fleetgui.bench.links import DelayRelays
 from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import FleetSession
+from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.auto_k import K_MAX, AutoK
@@ -74,56 +73,16 @@ PROMPTS = (
 )
 
 
-@contextlib.contextmanager
-def fleet_workers(
-    names: list[str], identity: KeyPair, *, cpu: int = 1
-) -> Iterator[list[WorkerProcess]]:
-    root = bench_cache() / "fleet"
-    root.mkdir(parents=True, exist_ok=True)
-    keys = root / "authorized_keys"
-    keys.write_text(f"{identity.public} bench\n")
-    prefix = ["taskset", "-c", str(cpu)]
-    with running_workers(root, names, keys, precision="auto", prefix=prefix) as workers:
-        yield workers
+def fleet_root() -> Path:
+    """The workers' homes and the coordinator's key, kept between runs."""
+    return bench_cache() / "fleet"
 
 
 @contextlib.contextmanager
-def delay_relays(workers: list[WorkerProcess], delay_ms: float) -> Iterator[list[WorkerEndpoint]]:
-    """A delay relay in front of each worker; the endpoints to reach them through it."""
-    from fleetgui.worker.service import free_port_pair
-
-    relays: list[subprocess.Popen[str]] = []
-    endpoints = []
-    try:
-        for worker in workers:
-            port = free_port_pair()
-            relay = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "fleetgui.bench.delay_proxy",
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    "--target",
-                    worker.address,
-                    "--delay-ms",
-                    str(delay_ms),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            relays.append(relay)
-            assert relay.stdout is not None
-            if relay.stdout.readline().strip() != "ready":
-                raise RuntimeError("delay relay did not start")
-            endpoints.append(
-                WorkerEndpoint(worker.name, f"tcp://127.0.0.1:{port}", worker.info["public_key"])
-            )
-        yield endpoints
-    finally:
-        for relay in relays:
-            relay.terminate()
-            relay.wait(5)
+def fleet_workers(names: list[str], *, cpu: int = 1) -> Iterator[list[LocalWorker]]:
+    """A worker process per name, each on core ``cpu`` with one OpenVINO thread."""
+    with LocalFleet(fleet_root(), precision="auto", cores=dict.fromkeys(names, (cpu,))) as fleet:
+        yield fleet.start(names)
 
 
 async def fleet_run(
@@ -206,7 +165,7 @@ def part_a(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     def record(name: str, value: float) -> None:
         runs.setdefault(name, []).append(value)
 
-    with fleet_workers(["w1"], identity) as workers:
+    with fleet_workers(["w1"]) as workers:
         endpoints = [w.endpoint for w in workers]
         for _ in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, args.weights))
@@ -262,9 +221,10 @@ def part_b(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
     runs: dict[str, list[float]] = {"ring": [], "hub": [], "ring0": [], "hub0": []}
     tokens = max(16, args.tokens // 2)
     with (
-        fleet_workers(["w1", "w2"], identity) as workers,
-        delay_relays(workers, args.delay_ms) as delayed,
+        fleet_workers(["w1", "w2"]) as workers,
+        DelayRelays(args.delay_ms) as relays,
     ):
+        delayed = relays.front(workers)
         direct = [w.endpoint for w in workers]
         for _ in range(args.repeats):
             for name, endpoints, topology in (
@@ -368,7 +328,7 @@ def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]
     bare_prompt = list(range(5, 5 + BARE_PROMPT))
     bare_draft = BareLoop(draft, bare_prompt, 32)
     bare_target = BareLoop(target2, bare_prompt, (K_MAX + 1) * VERIFY_PASSES)
-    with fleet_workers(["w1"], identity) as workers:
+    with fleet_workers(["w1"]) as workers:
         endpoints = [w.endpoint for w in workers]
         for index in range(args.repeats):
             record_genai(runs, genai_configs_tok_s(mono, 1, args.tokens, weights))
@@ -466,7 +426,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.sched_setaffinity(0, {0})  # the coordinator's PC
-    identity = coordinator_identity(bench_cache() / "fleet-coordinator")
+    identity = LocalFleet(fleet_root()).identity()
     rows: list[tuple[str, str]] = []
     model = bench_llama()
     if "A" in args.parts:

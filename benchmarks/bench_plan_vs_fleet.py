@@ -49,12 +49,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_fleet import PROMPTS, delay_relays
+from bench_fleet import PROMPTS
 from common import bench_cache, bench_llama, ensure_export, print_figures
-from fleet_support import WorkerProcess, coordinator_identity, worker_process
 
+from fleetgui.bench.links import DelayRelays
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.link import WorkerLink
+from fleetgui.fleet.local_fleet import LocalFleet
+from fleetgui.fleet.local_worker import pinned
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Message, Op
@@ -167,33 +169,26 @@ class Pc:
     endpoint: WorkerEndpoint | None = None  # how the coordinator reaches it (None: coordinator)
 
 
+def fleet_root() -> Path:
+    """The workers' homes and the coordinator's key, kept between runs."""
+    return bench_cache() / "fleet-plan"
+
+
 @contextlib.contextmanager
-def start_workers(
-    identity: KeyPair, quota: CpuQuota, args: argparse.Namespace
-) -> Iterator[dict[str, Pc]]:
-    root = bench_cache() / "fleet-plan"
-    root.mkdir(parents=True, exist_ok=True)
-    keys = root / "authorized_keys"
-    keys.write_text(f"{identity.public} bench\n")
-    prefixes = {
-        FAST: ["taskset", "-c", str(args.fast_cpu)],
-        SLOW: [*quota.prefix(), "taskset", "-c", str(args.slow_cpu)],
-    }
-    workers: list[WorkerProcess] = [
-        worker_process(root, n, keys, precision="auto", prefix=prefixes[n]) for n in (FAST, SLOW)
-    ]
-    try:
-        for worker in workers:
-            worker.start()
-        with delay_relays(workers[1:], args.delay_ms) as delayed:
-            yield {
-                COORD: Pc(COORD, ["taskset", "-c", "0"]),
-                FAST: Pc(FAST, prefixes[FAST], workers[0].endpoint),
-                SLOW: Pc(SLOW, prefixes[SLOW], delayed[0]),
-            }
-    finally:
-        for worker in workers:
-            worker.stop()
+def start_workers(quota: CpuQuota, args: argparse.Namespace) -> Iterator[dict[str, Pc]]:
+    fleet = LocalFleet(
+        fleet_root(),
+        precision="auto",
+        prefixes={SLOW: quota.prefix()},
+        cores={FAST: (args.fast_cpu,), SLOW: (args.slow_cpu,)},
+    )
+    with fleet, DelayRelays(args.delay_ms) as relays:
+        fast, slow = fleet.start([FAST, SLOW])
+        yield {
+            COORD: Pc(COORD, pinned([0])),
+            FAST: Pc(FAST, fast.prefix, fast.endpoint),
+            SLOW: Pc(SLOW, slow.prefix, relays.front([slow])[0]),
+        }
 
 
 # -- profiling --------------------------------------------------------------------------------
@@ -463,7 +458,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     os.sched_setaffinity(0, {0})  # the coordinator's PC (the relays inherit it: the "network")
-    identity = coordinator_identity(bench_cache() / "fleet-coordinator")
+    identity = LocalFleet(fleet_root()).identity()
     model = bench_llama()
     reference = ensure_export(model, f"bench-1stage-{args.weights}", stages=1, weights=args.weights)
     profile = load_model_profile(reference)
@@ -475,7 +470,7 @@ def main() -> None:
     try:
         with (
             cpu_quota(args.quota, args.period_us) as quota,
-            start_workers(identity, quota, args) as pcs,
+            start_workers(quota, args) as pcs,
         ):
             log.warning("slow PC: %s; relay %.1f ms each way", quota.how, args.delay_ms)
             rounds.append(profile_devices(identity, pcs, model, args, folder))

@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from common import bench_cache, paired, print_figures
-from fleet_support import WorkerProcess, running_workers
 
 from fleetgui.demo.session import export_real
 from fleetgui.fleet.coordinator import FleetSession
+from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
+from fleetgui.fleet.local_worker import pinned
 from fleetgui.fleet.replicas import open_copies
 from fleetgui.fleet.ring_route import RouteConfig
 from fleetgui.fleet.session_config import CoordinatorConfig
@@ -136,7 +137,7 @@ async def fleet_rate(pipeline: Any, tokens: int, name: str, pids: list[int]) -> 
 
 
 async def copies_rate(
-    identity: KeyPair, workers: list[WorkerProcess], export: Path, n: int, name: str
+    identity: KeyPair, workers: list[LocalWorker], export: Path, n: int, name: str
 ) -> float:
     config = CoordinatorConfig(route=RouteConfig(worker_decode=name == "copies"))
     copies = await open_copies(export, [[w.endpoint] for w in workers], identity, config)
@@ -148,7 +149,7 @@ async def copies_rate(
 
 
 async def pipeline_rate(
-    identity: KeyPair, workers: list[WorkerProcess], export: Path, n: int
+    identity: KeyPair, workers: list[LocalWorker], export: Path, n: int
 ) -> float:
     session = FleetSession(identity, CoordinatorConfig(local_stages=0))
     await session.connect([w.endpoint for w in workers])
@@ -168,7 +169,8 @@ class GenaiPair:
         self.processes = [
             subprocess.Popen(
                 [
-                    *("taskset", "-c", str(core), sys.executable, "-c", GENAI_SCRIPT),
+                    *pinned([core]),
+                    *(sys.executable, "-c", GENAI_SCRIPT),
                     *(str(mono), p, str(n), hint),
                 ],
                 stdin=subprocess.PIPE,
@@ -216,7 +218,7 @@ STEPWISE = "copies, a request a step"
 def run_repeats(
     args: argparse.Namespace,
     identity: KeyPair,
-    workers: list[WorkerProcess],
+    workers: list[LocalWorker],
     pairs: dict[str, GenaiPair],
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Every layout once a repeat, genai first in every other repeat; the rates by layout and
@@ -262,26 +264,18 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     mono = monolithic_export()
-    root = bench_cache() / "replicas"
-    root.mkdir(parents=True, exist_ok=True)
-    identity = KeyPair.generate()
-    keys = root / "authorized_keys"
-    keys.write_text(f"{identity.public} bench\n")
-    started = [
-        running_workers(root / n, [n], keys, precision="auto", prefix=["taskset", "-c", str(i)])
-        for i, n in enumerate(["a", "b"])
-    ]
-    workers = [w for context in started for w in context.__enter__()]
+    names = ["a", "b"]
+    fleet = LocalFleet(bench_cache() / "replicas", cores={n: (i,) for i, n in enumerate(names)})
     pairs: dict[str, GenaiPair] = {}
     try:
+        workers = fleet.start(names)
         for hint in ("default", "f32"):  # the better one is the bar
             pairs[hint] = GenaiPair(mono, args.tokens, "" if hint == "default" else hint)
-        runs, genai = run_repeats(args, identity, workers, pairs)
+        runs, genai = run_repeats(args, fleet.identity(), workers, pairs)
     finally:
         for pair in pairs.values():
             pair.close()
-        for context in started:
-            context.__exit__(None, None, None)
+        fleet.stop()
     report(args, runs, genai)
 
 

@@ -8,7 +8,8 @@ the rounds a is killed (``kill -9``), mid-round; the round's streams fail over t
 replay. After two thirds a restarts on its port and rejoins as a spare, and the worker then
 serving is killed too.
 
-Run: ``.venv/bin/python benchmarks/soak_fleet.py [--streams 4] [--rounds 60] [--tokens 24]``
+Run: ``.venv/bin/python benchmarks/soak_fleet.py [--streams 4] [--rounds 60] [--tokens 24]
+[--export DIR]``
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import psutil
 from common import bench_cache
-from fleet_support import WorkerProcess, running_workers
 
 from fleetgui.demo.session import export_real
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.link import LinkConfig
+from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.generation import GenerationOptions
@@ -46,19 +46,13 @@ PROMPTS = (
 )
 
 
-def rss_mib(worker: WorkerProcess) -> float:
+def rss_mib(worker: LocalWorker) -> float:
     assert worker.process is not None
     return float(psutil.Process(worker.process.pid).memory_info().rss) / 2**20
 
 
-def same_port(worker: WorkerProcess) -> WorkerProcess:
-    args = list(worker.args)
-    args[args.index("--listen") + 1] = worker.address
-    return replace(worker, args=args, process=None, lines=[])
-
-
 async def soak(
-    args: argparse.Namespace, workers: list[WorkerProcess], export: Path, identity: KeyPair
+    args: argparse.Namespace, workers: list[LocalWorker], export: Path, identity: KeyPair
 ) -> dict:
     stage = StageConfig(precision=args.precision)
     config = CoordinatorConfig(
@@ -116,15 +110,16 @@ async def soak(
                     wrong.append({"round": round_, "first_difference": first, "other": others})
             if round_ == args.rounds // 3 + 2:  # the first victim comes back, as a spare
                 index = next(i for i, w in enumerate(workers) if w.name == kills[0])
-                workers[index] = same_port(workers[index]).start()
+                workers[index].restart()
                 rss_start[f"{kills[0]} (restarted)"] = rss_mib(workers[index])
                 log.warning("round %d: restarted %s", round_, kills[0])
     finally:
         await session.close()
-    alive = [w for w in workers if w.process is not None and w.process.poll() is None]
+    alive = [w for w in workers if w.running]
     return {
         "command": f"benchmarks/soak_fleet.py --streams {args.streams} --rounds {args.rounds} "
-        f"--tokens {args.tokens} --precision {args.precision}",
+        f"--tokens {args.tokens} --precision {args.precision}"
+        + (f" --export {args.export}" if args.export else ""),
         "seconds": round(time.monotonic() - started, 1),
         **counts,
         "wrong_streams": wrong,
@@ -139,6 +134,7 @@ async def soak(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--tokens", type=int, default=24)
@@ -147,16 +143,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    export = export_real()
-    identity = KeyPair.generate()
-    root = bench_cache() / "soak"
-    root.mkdir(parents=True, exist_ok=True)
-    keys = root / "authorized_keys"
-    keys.write_text(f"{identity.public} soak\n")
-    with running_workers(root, ["a", "b", "c"], keys, precision=args.precision) as workers:
-        figures = asyncio.run(soak(args, workers, export, identity))
-        for worker in workers:  # a restarted one is not running_workers' to stop
-            worker.stop()
+    export = args.export or export_real()
+    with LocalFleet(bench_cache() / "soak", precision=args.precision) as fleet:
+        workers = fleet.start(["a", "b", "c"])  # a restarted one too is the fleet's to stop
+        figures = asyncio.run(soak(args, workers, export, fleet.identity()))
     print(json.dumps(figures, indent=1))
 
 

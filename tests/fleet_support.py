@@ -1,8 +1,9 @@
-"""Real worker processes on loopback for fleet tests: start, read the ready line, kill."""
+"""Real worker processes on loopback for fleet tests, started as fleetgui starts them
+(:mod:`fleetgui.fleet.local_worker`), with the tests' defaults (f32, exact against a local
+reference); and what only tests need: a throttle, a small disk, the app's controller config."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,110 +11,16 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleetgui.fleet.session_config import WorkerEndpoint
-from fleetgui.net.keys import KeyPair, write_identity
+from fleetgui.fleet.local_fleet import local_identity
+from fleetgui.fleet.local_worker import LocalWorker, WorkerOptions, local_worker
 
-READY_TIMEOUT_S = 60.0
-BUSY_PORT_TRIES = 20  # a restart on its old port waits up to 10 s for the port to be free
-
-
-@dataclass
-class WorkerProcess:
-    """A ``fleetgui worker`` process and what it said when ready."""
-
-    name: str
-    home: Path
-    args: list[str]
-    prefix: list[str] = field(default_factory=list)  # e.g. taskset -c 1, ip netns exec NS
-    process: subprocess.Popen[str] | None = None
-    info: dict = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)  # what it printed before it was ready
-
-    @property
-    def endpoint(self) -> WorkerEndpoint:
-        return WorkerEndpoint(self.name, f"tcp://{self.address}", self.info["public_key"])
-
-    @property
-    def address(self) -> str:
-        return f"{self.info['host']}:{self.info['port']}"
-
-    def start(self) -> WorkerProcess:
-        """Start it and wait until it is ready. A restart on its old ports retries while one is
-        taken: a client's connection may hold it as its ephemeral port for a moment (the
-        coordinator keeps reconnecting to a killed worker), and a CI run once lost that race."""
-        listen = self.args[self.args.index("--listen") + 1] if "--listen" in self.args else ":0"
-        fixed_port = not listen.endswith(":0")
-        for _ in range(BUSY_PORT_TRIES if fixed_port else 1):
-            log = self.home / "stderr.log"
-            before = log.stat().st_size if log.exists() else 0
-            try:
-                return self._start_once()
-            except RuntimeError:
-                said = log.read_text()[before:] if log.exists() else ""
-                if "Address already in use" not in said:
-                    raise
-            time.sleep(0.5)
-        return self._start_once()
-
-    def _start_once(self) -> WorkerProcess:
-        env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "fleetgui", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=open(self.home / "stderr.log", "a"),  # noqa: SIM115
-            text=True,
-            env=env,
-        )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if line.startswith("{"):
-                record = json.loads(line)
-                if record.get("event") == "ready":
-                    self.info = record
-                    return self
-        self.stop()
-        log = (self.home / "stderr.log").read_text()
-        raise RuntimeError(f"worker {self.name} did not become ready:\n{log[-3000:]}")
-
-    def kill(self) -> None:
-        """``kill -9``: no goodbye."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM and wait; returns the exit code."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return self.process.returncode
-
-
-def coordinator_identity(folder: Path) -> KeyPair:
-    """A coordinator key pair in ``folder`` (like ``fleetgui keys --out``)."""
-    pair = KeyPair.generate()
-    if not (folder / "coordinator.key").exists():
-        write_identity(folder, pair)
-    from fleetgui.net.keys import load_identity
-
-    return load_identity(folder)
+WorkerProcess = LocalWorker  # the tests' name for a worker process
+coordinator_identity = local_identity  # a coordinator key pair in a folder, made on first use
 
 
 def worker_process(
@@ -126,36 +33,23 @@ def worker_process(
     precision: str = "f32",
     extra: list[str] | None = None,
     prefix: list[str] | None = None,
-) -> WorkerProcess:
-    home = root / name
-    home.mkdir(parents=True, exist_ok=True)
-    args = [
-        "worker",
-        "--listen",
-        f"{host}:{port}",
-        "--name",
-        name,
-        "--cache",
-        str(home / "cache"),
-        "--authorized-keys",
-        str(authorized_keys),
-        "--key",
-        str(home / "worker.key"),
-        "--threads",
-        "1",
-        "--precision",
-        precision,
-        "--no-advertise",
-        "--ready-json",
-        *(extra or []),
-    ]
-    return WorkerProcess(name, home, args, prefix or [])
+) -> LocalWorker:
+    """A worker in ``root / name``, not started yet; f32 unless told, so its answers match a
+    local reference token for token."""
+    options = WorkerOptions(
+        host=host,
+        port=port,
+        precision=precision,
+        prefix=tuple(prefix or ()),
+        extra=tuple(extra or ()),
+    )
+    return local_worker(root, name, authorized_keys, options)
 
 
 @contextmanager
 def running_workers(
     root: Path, names: list[str], authorized_keys: Path, **options: Any
-) -> Iterator[list[WorkerProcess]]:
+) -> Iterator[list[LocalWorker]]:
     """Start a worker per name (``options`` as for :func:`worker_process`); stop them after."""
     workers = [worker_process(root, n, authorized_keys, **options) for n in names]
     try:
