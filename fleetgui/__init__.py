@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from fleetgui.shard import Shard
 
 if TYPE_CHECKING:
-    from fleetgui.front_door import GenerationConfig, LLMPipeline, aopen, open
+    from fleetgui.front_door import aopen, open
+    from fleetgui.generation_config import GenerationConfig
+    from fleetgui.llm_pipeline import LLMPipeline
 
 __version__ = "0.1.0"
 

@@ -1,211 +1,29 @@
 """The Python front door: :func:`open` a model on this PC or a fleet and generate with it.
 
-Like ``openvino_genai.LLMPipeline``, an :class:`LLMPipeline` is used from plain synchronous
-code; it runs the fleet's asyncio machinery on a thread of its own, so a script, a notebook or
-a web handler need not know about the event loop. Async callers use the ``a``-prefixed methods
-instead, which return to the caller's loop. One :class:`GenerationConfig` says how to decode;
-at most ``max_streams`` generations run at once, more wait their turn.
+:func:`open` (and :func:`aopen`, for callers with an event loop of their own) returns an
+:class:`~fleetgui.llm_pipeline.LLMPipeline`; one
+:class:`~fleetgui.generation_config.GenerationConfig` says how to decode each answer. A caller
+that deploys with progress and planning of its own wraps what it opened with
+:meth:`LLMPipeline.over <fleetgui.llm_pipeline.LLMPipeline.over>`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from fleetgui.errors import FleetguiError
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.llm_pipeline import LLMPipeline, _LoopThread
+
+__all__ = ["GenerationConfig", "LLMPipeline", "aopen", "open"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 Layout = Literal["pipeline", "copies"]
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """How to decode one answer.
-
-    ``temperature == 0`` is greedy decoding: token for token the unsplit model's answer. ``k``
-    turns speculative decoding on (it needs ``draft`` at :func:`open`): a number of draft
-    tokens per round, or ``"auto"`` to choose it from the measured acceptance and timings.
-    """
-
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_k: int = 0  # 0: no top-k cut
-    top_p: float = 1.0
-    seed: int | None = None  # a seed makes sampling repeatable
-    stop: tuple[str, ...] = ()  # strings that end the answer (not included)
-    k: int | Literal["auto"] | None = None  # None: no speculative decoding
-
-    def options(self) -> Any:
-        """The runtime's options for this configuration (checked there)."""
-        from fleetgui.runtime.generation import GenerationOptions
-        from fleetgui.runtime.head import SamplingParams
-
-        try:
-            sampling = SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
-        except ValueError as exc:
-            raise FleetguiError(f"GenerationConfig: {exc}") from None
-        return GenerationOptions(
-            max_new_tokens=self.max_new_tokens,
-            sampling=sampling,
-            stop_strings=tuple(self.stop),
-            speculative=self.k is not None,
-            k=None if self.k in (None, "auto") else int(self.k),
-        )
-
-
-class _LoopThread:
-    """An asyncio loop on a daemon thread, for synchronous callers."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fleetgui", daemon=True)
-        self._thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.submit(coro).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self.loop.is_running():
-            self.loop.close()
-
-
-class LLMPipeline:
-    """A model opened by :func:`open`: ``generate``, ``stream`` and ``chat`` (and their async
-    forms ``agenerate``, ``astream``, ``achat``). Close it (or use ``with``) to free this PC's
-    and the workers' memory."""
-
-    def __init__(self, runtime: Any, closers: Sequence[Any], max_streams: int) -> None:
-        self._runtime = runtime  # runtime.pipeline.Pipeline or fleet.replicas.ReplicatedPipeline
-        self._closers = list(closers)  # fleet sessions to close after the pipeline
-        runtime.streams.set(max_streams)  # the pipeline itself makes the others wait
-        self._thread: _LoopThread | None = None
-        from fleetgui.runtime.chat_prompt import ChatPrompter
-
-        self._prompter = ChatPrompter.for_tokenizer(runtime.tokenizer)
-
-    @property
-    def context_limit(self) -> int:
-        """The most tokens a prompt and its answer may hold together."""
-        return int(self._runtime.context_limit)
-
-    @property
-    def max_streams(self) -> int:
-        """Generations at once; more wait their turn."""
-        return int(self._runtime.streams.limit)
-
-    # -- async ----------------------------------------------------------------------------------
-
-    async def agenerate(self, prompt: str, config: GenerationConfig | None = None) -> str:
-        """The answer to ``prompt`` (plain text continued as it is)."""
-        return (await self.agenerate_result(prompt, config)).text
-
-    async def agenerate_result(self, prompt: str, config: GenerationConfig | None = None) -> Any:
-        """As :meth:`agenerate`, with token ids, counts and timings
-        (:class:`~fleetgui.runtime.generation.GenerationResult`)."""
-        return await self._runtime.complete(prompt, (config or GenerationConfig()).options())
-
-    async def astream(
-        self, prompt: str, config: GenerationConfig | None = None
-    ) -> AsyncIterator[str]:
-        """The answer's text as it is generated; leaving the loop early stops the generation
-        and frees its state on every PC."""
-        from fleetgui.runtime.generation import TokenDelta
-
-        options = (config or GenerationConfig()).options()
-        async with contextlib.aclosing(self._runtime.stream(prompt, options)) as items:
-            async for item in items:
-                if isinstance(item, TokenDelta) and item.text:
-                    yield item.text
-
-    async def achat(
-        self, messages: Sequence[Mapping[str, Any]], config: GenerationConfig | None = None
-    ) -> str:
-        """The assistant's reply to ``messages`` (``[{"role": "user", "content": ...}]``),
-        rendered with the model's chat template and ended at its end-of-turn token."""
-        return await self.agenerate(self._prompter.text(messages), self._chat_config(config))
-
-    def _chat_config(self, config: GenerationConfig | None) -> GenerationConfig:
-        config = config or GenerationConfig()
-        return replace(config, stop=tuple(config.stop) + self._prompter.stop_strings)
-
-    async def aclose(self) -> None:
-        await self._runtime.close()
-        for closer in self._closers:
-            await closer.close()
-
-    # -- sync -----------------------------------------------------------------------------------
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._thread is None:
-            raise FleetguiError(
-                "this pipeline was opened with aopen(): use the async methods (agenerate, ...)"
-            )
-        return self._thread.run(coro)
-
-    def generate(self, prompt: str, config: GenerationConfig | None = None, **fields: Any) -> str:
-        """The answer to ``prompt``; ``fields`` override ``config``'s (e.g.
-        ``max_new_tokens=64``)."""
-        return self._run(self.agenerate(prompt, _merged(config, fields)))
-
-    def stream(
-        self, prompt: str, config: GenerationConfig | None = None, **fields: Any
-    ) -> Iterator[str]:
-        """The answer's text as it is generated (see :meth:`astream`)."""
-        items = self.astream(prompt, _merged(config, fields))
-
-        async def step() -> str | None:
-            return await anext(items, None)
-
-        try:
-            while (text := self._run(step())) is not None:
-                yield text
-        finally:
-            self._run(items.aclose())  # type: ignore[attr-defined]
-
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        config: GenerationConfig | None = None,
-        **fields: Any,
-    ) -> str:
-        """The assistant's reply to ``messages`` (see :meth:`achat`)."""
-        return self._run(self.achat(messages, _merged(config, fields)))
-
-    def close(self) -> None:
-        """Free the model here and on the workers, and stop the pipeline's thread."""
-        if self._thread is None:
-            raise FleetguiError("this pipeline was opened with aopen(): await aclose()")
-        try:
-            self._run(self.aclose())
-        finally:
-            self._thread.stop()
-
-    def __enter__(self) -> LLMPipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _merged(config: GenerationConfig | None, fields: Mapping[str, Any]) -> GenerationConfig:
-    try:
-        return replace(config or GenerationConfig(), **fields)
-    except TypeError as exc:
-        raise FleetguiError(f"not a GenerationConfig field: {exc}") from None
 
 
 def _export_of(source: Path, stages: int, weights: str) -> Path:
@@ -233,6 +51,7 @@ async def aopen(
     identity: str | Path | None = None,
     threads: int = 0,
     precision: str = "auto",
+    local_failover: bool = True,
 ) -> LLMPipeline:
     """:func:`open` for callers with an event loop of their own (the pipeline then runs on it:
     use its async methods)."""
@@ -250,7 +69,8 @@ async def aopen(
         raise FleetguiError("layout='copies' puts a copy on each worker: give workers=[...]")
     stages = 1 if layout == "copies" else 1 + len(addresses)
     export = await asyncio.to_thread(_export_of, Path(source), stages, weights)
-    draft_source = parse_draft(str(draft)) if draft is not None else None
+    # a str is parsed ("ngram" or a folder); a Path is a folder, even one called ngram
+    draft_source = parse_draft(draft) if isinstance(draft, str) else draft
     stage = StageConfig(threads=threads, precision=precision)
     local = LocalPipelineConfig(stage=stage, draft_stage=stage)
     if not addresses:
@@ -264,7 +84,12 @@ async def aopen(
     from fleetgui.net.keys import coordinator_identity, load_identity
 
     pair = load_identity(Path(identity)) if identity else coordinator_identity()
-    config = CoordinatorConfig(local=local, worker_threads=threads, worker_precision=precision)
+    config = CoordinatorConfig(
+        local=local,
+        worker_threads=threads,
+        worker_precision=precision,
+        local_failover=local_failover,
+    )
     parsed = parse_worker_list(",".join(addresses))
     if layout == "copies":
         endpoints = await resolve_workers(parsed)
@@ -291,6 +116,7 @@ def open(
     identity: str | Path | None = None,
     threads: int = 0,
     precision: str = "auto",
+    local_failover: bool = True,
 ) -> LLMPipeline:
     """Open a model for generating, on this PC or on a fleet.
 
@@ -307,6 +133,8 @@ def open(
     (interleaved across the stages); more wait. ``weights``: the format a model is exported
     with (int4, int8, fp16, fp32). ``identity``: a coordinator key folder (default: the one in
     the OS keyring). ``threads``/``precision``: OpenVINO settings of every stage.
+    ``local_failover``: when workers are lost and those left cannot take their stages, run
+    the stages on this PC (else the generation ends with an error).
 
     Example::
 
@@ -330,6 +158,7 @@ def open(
                 identity=identity,
                 threads=threads,
                 precision=precision,
+                local_failover=local_failover,
             )
         )
     except BaseException:

@@ -64,6 +64,7 @@ from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
 from fleetgui.fleet.profiling import WorkerProfile, choose_probe, profile_here, profile_worker
 from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.info_probe import probe
 from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile, Plan
@@ -214,9 +215,9 @@ def app(
     core.inference.finished.connect(lambda _, result: state.results.append(result))
     submit = core.inference.submit_chat
 
-    def spy(messages: list[dict[str, str]], options: GenerationOptions) -> int:
-        state.requests.append((list(messages), options))
-        return submit(messages, options)
+    def spy(messages: list[dict[str, str]], config: GenerationConfig) -> int:
+        state.requests.append((list(messages), config.options()))  # as the runtime gets them
+        return submit(messages, config)
 
     core.inference.submit_chat = spy  # type: ignore[method-assign]
     drive(core.fleet_actions.start())

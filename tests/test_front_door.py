@@ -1,6 +1,7 @@
 """The Python front door, ``fleetgui.open``: on this PC and on two real workers the same greedy
 text as the runtime's own pipeline, streamed text equal to the whole answer, the stream limit
-held inside, clear errors, and the README's Python example run as written on a tiny export."""
+held inside, clear errors, the README's Python example run as written on a tiny export, and a
+runtime pipeline opened elsewhere (the app's, ``serve``'s) wrapped with ``LLMPipeline.over``."""
 
 from __future__ import annotations
 
@@ -114,3 +115,46 @@ def test_the_readmes_python_example_runs(
     assert len(code.splitlines()) <= 12 and '"shards/llama8b"' in code
     exec(compile(code.replace('"shards/llama8b"', repr(str(tiny_export))), "README", "exec"), {})
     assert capsys.readouterr().out.strip()  # it printed the chat reply and the two answers
+
+
+def test_a_runtime_pipeline_opened_elsewhere_behind_the_front_door(tiny_export: Path) -> None:
+    """``LLMPipeline.over`` as the app and ``serve`` use it: the stream's deltas then its result,
+    a chat's prompt and stop strings, the stream limit changed and held."""
+    from fleetgui.generation_config import GenerationConfig, speculative_k
+    from fleetgui.llm_pipeline import LLMPipeline
+    from fleetgui.runtime.generation import GenerationResult, TokenDelta
+
+    assert speculative_k(False, 3) is None and speculative_k(True, None) == "auto"
+    assert GenerationConfig(k="auto").options().speculative
+    with pytest.raises(ValueError, match="K must be between"):
+        GenerationConfig(k=99).check()
+
+    async def main() -> None:
+        llm = LLMPipeline.over(load_local_pipeline(tiny_export), max_streams=2)
+        try:
+            assert llm.max_streams == 2
+            llm.max_streams = 1
+            assert llm.runtime.streams.limit == 1
+            config = GenerationConfig(max_new_tokens=12)
+            items = [item async for item in llm.astream_result(PROMPT, config)]
+            *deltas, result = items
+            assert all(isinstance(d, TokenDelta) for d in deltas)
+            assert isinstance(result, GenerationResult)
+            assert "".join(d.text for d in deltas) == result.text
+            assert result.text == await llm.agenerate(PROMPT, config)
+            prompt, chat = llm.chat_prompt([{"role": "user", "content": "hi"}], config)
+            assert prompt and set(llm.prompter.stop_strings) <= set(chat.stop)
+            await llm.ahold()
+            assert llm.held
+            waiting = asyncio.create_task(llm.agenerate(PROMPT, config))
+            async with asyncio.timeout(30):
+                while llm.runtime.streams.waiting < 1:  # encoded, then waits for a slot
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            llm.resume()
+            assert await waiting == result.text
+        finally:
+            await llm.aclose()
+
+    asyncio.run(main())

@@ -95,3 +95,55 @@ def test_a_pipeline_limited_to_one_stream_runs_the_second_prompt_after_the_first
     first = emitted[0]
     switch = emitted.index(next(s for s in emitted if s != first))
     assert set(emitted[:switch]) == {first} and first not in emitted[switch:]  # one after another
+
+
+def test_a_hold_waits_for_the_running_ones_and_keeps_new_ones_waiting_until_resumed() -> None:
+    async def main() -> None:
+        limit, order = StreamLimit(2), []
+        ends = {n: asyncio.Event() for n in "abcd"}
+
+        async def user(name: str) -> None:
+            async with limit.slot():
+                order.append(name)
+                await ends[name].wait()
+
+        running = [asyncio.create_task(user(n)) for n in "ab"]
+        await asyncio.sleep(0.01)
+        hold = asyncio.create_task(limit.hold())
+        await asyncio.sleep(0.01)
+        assert limit.held and not hold.done()  # a and b still run
+        waiting = [asyncio.create_task(user(n)) for n in "cd"]
+        ends["a"].set()
+        await asyncio.sleep(0.01)
+        assert not hold.done() and order == ["a", "b"]  # held: c does not take a's slot
+        ends["b"].set()
+        await asyncio.wait_for(hold, 1)  # none runs now
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b"] and limit.waiting == 2 and limit.active == 0
+        limit.resume()
+        await asyncio.sleep(0.01)
+        assert order == ["a", "b", "c", "d"] and not limit.held
+        ends["c"].set()
+        ends["d"].set()
+        await asyncio.gather(*running, *waiting)
+        assert limit.active == 0
+
+    asyncio.run(main())
+
+
+def test_a_hold_cancelled_while_it_waits_lets_go() -> None:
+    async def main() -> None:
+        limit = StreamLimit(1)
+        await limit.acquire()
+        hold = asyncio.create_task(limit.hold())
+        await asyncio.sleep(0.01)
+        assert limit.held
+        hold.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hold
+        assert not limit.held
+        limit.release()
+        async with asyncio.timeout(1):
+            await limit.acquire()  # not held: starts at once
+
+    asyncio.run(main())

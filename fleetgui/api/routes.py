@@ -15,7 +15,7 @@ import contextvars
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -27,12 +27,8 @@ from fleetgui.api.responses import Answer, finish_reason, model_object
 from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import ClientGoneError, EventStream
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.generation import (
-    GenerationError,
-    GenerationOptions,
-    GenerationResult,
-    TokenDelta,
-)
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import GenerationError, GenerationResult, TokenDelta
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +123,10 @@ class ApiRoutes:
     ) -> web.StreamResponse:
         gen = parse(parse_json(await request.read()), self.served.name)
         # rendering and encoding run off the loop: a long chat takes milliseconds
-        prompt, stops, n_prompt = await asyncio.to_thread(self._prompt, gen)
+        prompt, config, n_prompt = await asyncio.to_thread(self._prompt, gen)
         log.debug("%s prompt: %r", request.path, prompt)
-        limit = self.served.pipeline.context_limit
+        llm = self.served.llm
+        limit = llm.context_limit
         if n_prompt >= limit:
             raise bad_request(
                 f"this model's context holds {limit} tokens, but the "
@@ -138,45 +135,47 @@ class ApiRoutes:
                 param="messages" if gen.is_chat else "prompt",
                 code="context_length_exceeded",
             )
-        options = GenerationOptions(
-            max_new_tokens=gen.max_tokens or limit - n_prompt,
-            sampling=gen.sampling,
-            stop_strings=stops,
-            speculative=self.served.speculative,
-            k=self.served.k,
-        )
+        config = replace(config, max_new_tokens=gen.max_tokens or limit - n_prompt)
         answer = Answer(self.served.name, gen.is_chat, include_usage=gen.include_usage)
         async with self.admission.slot():
             if gen.stream:
-                return await self._stream(request, prompt, options, answer)
+                return await self._stream(request, prompt, config, answer)
             try:
-                result = await self.served.pipeline.complete(prompt, options)
+                result = await llm.agenerate_result(prompt, config)
             except GenerationError as exc:
                 raise bad_request(str(exc)) from exc
         NOTE.get().tokens = len(result.token_ids)
         return web.json_response(answer.complete(result))
 
-    def _prompt(self, gen: GenerationRequest) -> tuple[str, tuple[str, ...], int]:
-        """The prompt text (a chat rendered as ``generate --chat`` renders it), the stop
-        strings (the request's, then those the chat format needs) and the prompt's tokens."""
-        text, stops = gen.prompt or "", gen.stop
+    def _prompt(self, gen: GenerationRequest) -> tuple[str, GenerationConfig, int]:
+        """The prompt text (a chat rendered as ``generate --chat`` renders it), the request's
+        configuration (its stop strings, then those the chat format needs) and the prompt's
+        tokens."""
+        llm, sampling = self.served.llm, gen.sampling
+        config = GenerationConfig(
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            stop=gen.stop,
+            k=self.served.k,
+        )
+        text = gen.prompt or ""
         if gen.messages is not None:
-            prompter = self.served.prompter
             try:
-                text = prompter.text(gen.messages)
+                text, config = llm.chat_prompt(gen.messages, config)
             except FleetguiError as exc:  # the template refused the conversation
                 raise bad_request(str(exc), param="messages") from exc
-            stops = tuple(dict.fromkeys((*gen.stop, *prompter.stop_strings)))
-        return text, stops, len(self.served.pipeline.tokenizer.encode(text))
+        return text, config, len(llm.tokenizer.encode(text))
 
     async def _stream(
-        self, request: web.Request, prompt: str, options: GenerationOptions, answer: Answer
+        self, request: web.Request, prompt: str, config: GenerationConfig, answer: Answer
     ) -> web.StreamResponse:
         events = EventStream(request)
         result: GenerationResult | None = None
         tokens = 0
         note = NOTE.get()
-        items = self.served.pipeline.stream(prompt, options)
+        items = self.served.llm.astream_result(prompt, config)
         try:
             async with contextlib.aclosing(items):
                 await events.open()

@@ -1,19 +1,21 @@
-"""What the API serves: one pipeline under one model name, how it decodes, and how to count the
-streams its stages hold (the ``/health`` answer, and what tests watch after a client leaves)."""
+"""What the API serves: one model under one name, how it decodes, and how to count the streams
+its stages hold (the ``/health`` answer, and what tests watch after a client leaves)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
-from fleetgui.runtime.chat_prompt import ChatPrompter
+from fleetgui.generation_config import DraftK
+from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.runtime.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from fleetgui.fleet.coordinator import FleetSession
     from fleetgui.fleet.replicas import ReplicatedPipeline
+    from fleetgui.runtime.chat_prompt import ChatPrompter
     from fleetgui.runtime.route import LocalRoute
 
 #: Streams each part of the pipeline holds right now, by name ("coordinator", a worker's name).
@@ -22,16 +24,28 @@ StageStreams = Callable[[], Awaitable[dict[str, int]]]
 
 @dataclass
 class ServedModel:
-    pipeline: Pipeline | ReplicatedPipeline
+    """The model the API generates with: ``source`` is the front door's pipeline, or a runtime
+    one (wrapped in an :class:`~fleetgui.llm_pipeline.LLMPipeline`, its stream limit as it is)."""
+
+    source: InitVar[LLMPipeline | Pipeline | ReplicatedPipeline]
     name: str
-    speculative: bool = False  # PP+SD: every request decodes speculatively
-    k: int | None = None  # draft tokens per round; None: auto
+    k: DraftK = None  # every request's GenerationConfig.k: None, no speculative decoding (PP)
     stage_streams: StageStreams | None = None
     created: int = field(default_factory=lambda: int(time.time()))
-    prompter: ChatPrompter = field(init=False)
+    llm: LLMPipeline = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.prompter = ChatPrompter.for_tokenizer(self.pipeline.tokenizer)
+    def __post_init__(self, source: LLMPipeline | Pipeline | ReplicatedPipeline) -> None:
+        self.llm = source if isinstance(source, LLMPipeline) else LLMPipeline.over(source)
+
+    @property
+    def pipeline(self) -> Pipeline | ReplicatedPipeline:
+        """The runtime pipeline underneath (its stages and metrics)."""
+        return self.llm.runtime
+
+    @property
+    def prompter(self) -> ChatPrompter:
+        """How chats are rendered for the model (``llm.prompter``)."""
+        return self.llm.prompter
 
 
 def local_stage_streams(route: LocalRoute) -> StageStreams:

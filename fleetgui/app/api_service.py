@@ -2,9 +2,10 @@
 (``fleetgui.api``) while the app's own chat keeps using it.
 
 The server runs on the app's event loop (Qt's, through qasync), beside the chat's replies: both
-are streams of the same ``Pipeline``. Its key is kept in the OS keyring (``fleetgui/api-key``,
-made the first time); without a usable keyring a key is made for this session only. A new
-deployment restarts the server on the new pipeline; unloading stops it until the next one.
+generate through the same ``LLMPipeline`` (``InferenceService.llm``), within its stream limit.
+Its key is kept in the OS keyring (``fleetgui/api-key``, made the first time); without a usable
+keyring a key is made for this session only. A new deployment restarts the server on the new
+pipeline; unloading stops it until the next one.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ class ApiService(QObject):
 
     async def _restart(self) -> None:
         await self._shutdown()
-        pipeline = self.inference.pipeline
-        if pipeline is None:
+        llm = self.inference.llm
+        if llm is None:
             self._set_state(
                 ApiState(False, note="deploy a model first: the API serves the deployed model")
             )
@@ -108,11 +109,9 @@ class ApiService(QObject):
         from fleetgui.api.server import ApiServer, ServerConfig
 
         mode = self.inference.mode
-        name = Path(pipeline.tokenizer.folder).parent.name  # the export's folder name
+        name = Path(llm.tokenizer.folder).parent.name  # the export's folder name
         try:
-            served = await asyncio.to_thread(  # reads the chat template and encodes probes
-                ServedModel, pipeline, name, speculative=mode.mode.speculative, k=mode.k
-            )
+            served = ServedModel(llm, name, k=mode.draft_k)  # the chat's: one stream limit
             key = self._api_key()
             config = ServerConfig(self.host, self.port, key, max_streams=mode.concurrency)
             server = ApiServer(served, config)
@@ -161,11 +160,10 @@ class ApiService(QObject):
             self._set_state(ApiState(False, note="waiting for a deployed model"))
 
     def _on_mode(self, mode: ModeSettings) -> None:
-        """Requests started from now on decode as the mode says (its stream limit applies at the
-        next start)."""
+        """Requests started from now on decode as the mode says (the pipeline's stream limit
+        follows at once; the HTTP queue's at the next start)."""
         if self._server is not None:
-            self._server.served.speculative = mode.mode.speculative
-            self._server.served.k = mode.k
+            self._server.served.k = mode.draft_k
 
     def _set_state(self, state: ApiState) -> None:
         self._state = state

@@ -26,7 +26,6 @@ from fleetgui.app.conversation import (
 from fleetgui.app.errors import user_message
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
-from fleetgui.app.mode import generation_options
 from fleetgui.runtime.generation import GenerationResult
 
 log = logging.getLogger(__name__)
@@ -116,14 +115,14 @@ class ChatSession(QObject):
 
     def set_sampling(self, conversation_id: str, sampling: SamplingSettings) -> None:
         """Use ``sampling`` for this conversation's next replies; raises ``ValueError``."""
-        sampling.params()
+        sampling.config()
         conversation = self.get(conversation_id)
         conversation.sampling = sampling
         self.store.save(conversation)
 
     def set_next_sampling(self, sampling: SamplingSettings) -> None:
         """Start new conversations with ``sampling``; raises ``ValueError``."""
-        sampling.params()
+        sampling.config()
         self.next_sampling = sampling
 
     def send(self, conversation_id: str, text: str) -> bool:
@@ -172,13 +171,13 @@ class ChatSession(QObject):
 
     def _start(self, conversation: Conversation) -> None:
         try:
-            options = generation_options(self.inference.mode, conversation.sampling)
+            config = conversation.sampling.config(self.inference.mode.draft_k)
         except ValueError as exc:
             self.reply_failed.emit(conversation.id, user_message(exc))
             return
         # rendered with the model's chat template, and fitted to its context, off this thread
-        options = self.inference.chat_options(options)
-        request = self.inference.submit_chat(chat_messages(conversation.messages), options)
+        config = self.inference.chat_config(config)
+        request = self.inference.submit_chat(chat_messages(conversation.messages), config)
         self._replies[request] = _Reply(
             conversation.id,
             saved_at=time.monotonic(),

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.generation_config import DraftK, GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,21 @@ class SamplingSettings:
     seed: int | None = None  # None: a fresh random seed per reply
     max_new_tokens: int = 256  # longest reply, in tokens
 
-    def params(self) -> SamplingParams:
-        """The runtime's sampling parameters; raises ``ValueError`` naming a bad value."""
-        if self.max_new_tokens < 1:
-            raise ValueError("max new tokens must be at least 1")
-        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+    def config(self, k: DraftK = None) -> GenerationConfig:
+        """A reply's configuration with these settings, drafting ``k`` tokens per round
+        (``ModeSettings.draft_k``; None: no speculative decoding); raises ``ValueError`` naming
+        a bad value. (The stop strings a model's chat format needs are added by
+        ``InferenceService.chat_config``.)"""
+        config = GenerationConfig(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            seed=self.seed,
+            k=k,
+        )
+        config.check()
+        return config
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:

@@ -46,6 +46,7 @@ from fleetgui.bench.report import RunInfo
 from fleetgui.bench.results import Results
 from fleetgui.runtime.draft_source import NGRAM
 from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.stream_limit import StreamLimit
 
 if TYPE_CHECKING:
     from fleetgui.app.api_service import ApiService
@@ -188,8 +189,10 @@ class FleetBench(QObject):
             self.progress.emit(BenchStep(0, 0, WAITING, 0.0))
             await self.inference.hold()
             try:
+                # the replies wait on the deployed pipeline's limit, held; the sweep runs its
+                # streams through a twin with no limit of its own
                 error, interrupted, info = await self._sweep_held(
-                    pipeline, drafters, chosen, settings, results
+                    pipeline.with_streams(StreamLimit()), drafters, chosen, settings, results
                 )
             finally:
                 await self.inference.release()

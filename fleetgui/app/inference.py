@@ -4,9 +4,11 @@ Qt's loop (through qasync), so the GUI thread never waits for a token.
 Replies are numbered requests; their text arrives as ``delta`` signals and ends with exactly one
 of ``finished``, ``stopped`` or ``failed``. Stop is cooperative (the stream ends at the next token,
 where no stage is computing) and turns into a hard cancel if no token comes within
-``HARD_STOP_S``. At most ``ModeSettings.concurrency`` replies generate at once; others queue.
-``hold`` keeps every new reply in the queue, once the running ones have ended, until
-``release``: the dashboard's benchmark has the pipeline to itself meanwhile.
+``HARD_STOP_S``. Each reply generates through the front door's ``LLMPipeline`` over the deployed
+pipeline, with one ``GenerationConfig``; at most ``ModeSettings.concurrency`` generations run at
+once (the pipeline's stream limit: the API's requests count too), others queue there. ``hold``
+keeps every new one in the queue, once the running ones have ended, until ``release``: the
+dashboard's benchmark has the stages to itself meanwhile.
 
 A chat reply (``submit_chat``) is prompted with the model's own chat template; the conversation
 is rendered, and its oldest turns dropped to fit the context, in a worker thread as the reply
@@ -20,7 +22,7 @@ import enum
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -30,9 +32,11 @@ from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
 from fleetgui.errors import FleetguiError
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.runtime.chat_prompt import ChatPrompter
 from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult, TokenDelta
+from fleetgui.runtime.generation import GenerationResult, TokenDelta
 from fleetgui.runtime.metrics import MetricEvent
 
 log = logging.getLogger(__name__)
@@ -61,51 +65,10 @@ class PipelineState(enum.StrEnum):
 class _Request:
     id: int
     prompt: str  # a chat's is rendered when it starts
-    options: GenerationOptions
+    config: GenerationConfig
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     messages: tuple[Mapping[str, Any], ...] | None = None  # a chat: its turns, oldest first
-
-
-class _Gate:
-    """A semaphore whose size can change while requests wait, and that can be held shut."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.active = 0
-        self.held = False
-        self._changed = asyncio.Condition()
-
-    async def acquire(self) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: not self.held and self.active < self.limit)
-            self.active += 1
-
-    async def hold(self) -> None:
-        """Shut the gate and wait until no request is past it."""
-        async with self._changed:
-            self.held = True
-            try:
-                await self._changed.wait_for(lambda: self.active == 0)
-            except BaseException:  # cancelled while waiting: open again
-                self.held = False
-                self._changed.notify_all()
-                raise
-
-    async def open(self) -> None:
-        async with self._changed:
-            self.held = False
-            self._changed.notify_all()
-
-    async def release(self) -> None:
-        async with self._changed:
-            self.active -= 1
-            self._changed.notify_all()
-
-    async def resize(self, limit: int) -> None:
-        async with self._changed:
-            self.limit = limit
-            self._changed.notify_all()
 
 
 class InferenceService(QObject):
@@ -113,7 +76,7 @@ class InferenceService(QObject):
 
     state_changed = Signal(object)  # PipelineState
     mode_changed = Signal(object)  # ModeSettings
-    started = Signal(int)  # request id: left the queue, generating
+    started = Signal(int)  # request id: left the queue, generating (at its first tokens)
     delta = Signal(int, str)  # request id, new text
     finished = Signal(int, object)  # request id, GenerationResult
     stopped = Signal(int)  # request id: ended by stop(); the text so far stands
@@ -124,13 +87,12 @@ class InferenceService(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._pipeline: ServedPipeline | None = None
-        self._prompter: ChatPrompter | None = None
+        self._llm: LLMPipeline | None = None  # the front door over the deployed pipeline
         self._chat_note = ""
         self._description = ""
         self._unsubscribe: list[Callable[[], None]] = []
         self._mode = ModeSettings()
-        self._gate: _Gate | None = None  # made on first use, inside the running loop
+        self._held = False  # hold() until release(), whichever pipeline is installed
         self._ids = itertools.count(1)
         self._requests: dict[int, _Request] = {}
 
@@ -138,7 +100,13 @@ class InferenceService(QObject):
 
     @property
     def pipeline(self) -> ServedPipeline | None:
-        return self._pipeline
+        """The deployed runtime pipeline (None: no model)."""
+        return None if self._llm is None else self._llm.runtime
+
+    @property
+    def llm(self) -> LLMPipeline | None:
+        """The front door over the deployed pipeline (what replies and the API generate with)."""
+        return self._llm
 
     @property
     def mode(self) -> ModeSettings:
@@ -146,16 +114,17 @@ class InferenceService(QObject):
 
     @property
     def has_draft(self) -> bool:
-        return self._pipeline is not None and self._pipeline.draft is not None
+        pipeline = self.pipeline
+        return pipeline is not None and pipeline.draft is not None
 
     @property
     def state(self) -> PipelineState:
-        return PipelineState.READY if self._pipeline is not None else PipelineState.NO_MODEL
+        return PipelineState.READY if self._llm is not None else PipelineState.NO_MODEL
 
     @property
     def description(self) -> str:
         """What serves the chat ("model on 3 PCs, draft ..."); "" with no model."""
-        return self._description if self._pipeline is not None else ""
+        return self._description if self._llm is not None else ""
 
     @property
     def busy(self) -> bool:
@@ -166,37 +135,42 @@ class InferenceService(QObject):
         """What the user should know about how chats are prompted ("" if nothing)."""
         return self._chat_note
 
-    def chat_options(self, options: GenerationOptions) -> GenerationOptions:
-        """``options`` with the stop strings the model's chat format needs (the plain
+    def chat_config(self, config: GenerationConfig) -> GenerationConfig:
+        """``config`` with the stop strings the model's chat format needs (the plain
         transcript's; a chat template's replies end at the model's end-of-turn tokens)."""
-        if self._prompter is None or not self._prompter.stop_strings:
-            return options
-        stops = tuple(dict.fromkeys((*options.stop_strings, *self._prompter.stop_strings)))
-        return replace(options, stop_strings=stops)
+        return config if self._llm is None else self._llm.chat_config(config)
 
     @property
     def held(self) -> bool:
         """New replies wait in the queue (see :meth:`hold`)."""
-        return self._gate is not None and self._gate.held
+        return self._held
 
     async def hold(self) -> None:
-        """Keep new replies in the queue and wait for the running ones to end: the pipeline
-        is the caller's alone until :meth:`release`."""
-        if self._gate is None:
-            self._gate = _Gate(self._mode.concurrency)
-        await self._gate.hold()
+        """Keep new replies (and the API's requests) in the queue and wait for the running
+        ones to end: the stages are the caller's alone until :meth:`release`. The caller
+        generates meanwhile through a pipeline with a limit of its own
+        (``Pipeline.with_streams``)."""
+        self._held = True
+        if self._llm is not None:
+            try:
+                await self._llm.ahold()
+            except BaseException:  # cancelled while waiting: let go
+                self._held = False
+                raise
         log.info("replies held back")
 
     async def release(self) -> None:
         """Let the held-back replies start again."""
-        if self._gate is not None and self._gate.held:
-            await self._gate.open()
+        if self._held:
+            self._held = False
+            if self._llm is not None:
+                self._llm.resume()
             log.info("replies no longer held back")
 
     def set_mode(self, mode: ModeSettings) -> None:
         self._mode = mode
-        if self._gate is not None:
-            spawn(self._gate.resize(mode.concurrency), "resize generation gate")
+        if self._llm is not None:
+            self._llm.max_streams = mode.concurrency
         log.info("mode: %s", mode)
         self.mode_changed.emit(mode)
 
@@ -204,7 +178,10 @@ class InferenceService(QObject):
         """Serve replies from ``pipeline`` from now on (after the current ones end)."""
         await self.unload()
         prompter, note = await asyncio.to_thread(_load_prompter, pipeline)  # encodes: off the GUI
-        self._pipeline, self._prompter = pipeline, prompter
+        llm = LLMPipeline.over(pipeline, max_streams=self._mode.concurrency, prompter=prompter)
+        if self._held:  # held before: the new pipeline is held too
+            await llm.ahold()
+        self._llm = llm
         self._description = description
         self._set_chat_note(note)
         self._unsubscribe = [pipeline.metrics.subscribe(self._on_metric)]
@@ -213,10 +190,9 @@ class InferenceService(QObject):
 
     async def unload(self) -> None:
         """Stop every reply and close the pipeline."""
-        pipeline, self._pipeline = self._pipeline, None
-        if pipeline is None:
+        llm, self._llm = self._llm, None
+        if llm is None:
             return
-        self._prompter = None
         self._set_chat_note("")
         self.state_changed.emit(PipelineState.CLOSING)
         for request in list(self._requests.values()):
@@ -227,7 +203,7 @@ class InferenceService(QObject):
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
-        await pipeline.close()
+        await llm.aclose()
         self.state_changed.emit(self.state)
 
     def _on_metric(self, event: MetricEvent) -> None:
@@ -240,18 +216,18 @@ class InferenceService(QObject):
 
     # -- requests -----------------------------------------------------------------------------
 
-    def submit(self, prompt: str, options: GenerationOptions) -> int:
+    def submit(self, prompt: str, config: GenerationConfig) -> int:
         """Queue a reply to ``prompt``; returns its request id. Problems arrive as ``failed``."""
-        request = _Request(next(self._ids), prompt, options)
+        request = _Request(next(self._ids), prompt, config)
         self._requests[request.id] = request
         request.task = spawn(self._run(request), f"reply {request.id}")
         return request.id
 
-    def submit_chat(self, messages: Sequence[Mapping[str, Any]], options: GenerationOptions) -> int:
+    def submit_chat(self, messages: Sequence[Mapping[str, Any]], config: GenerationConfig) -> int:
         """Queue the reply to a conversation (``{"role", "content"}`` turns ending with the
         user's); its prompt is rendered with the model's chat template when it starts, the
-        oldest turns left out if it would not leave ``options.max_new_tokens`` in the context."""
-        request = _Request(next(self._ids), "", options, messages=tuple(messages))
+        oldest turns left out if it would not leave ``config.max_new_tokens`` in the context."""
+        request = _Request(next(self._ids), "", config, messages=tuple(messages))
         self._requests[request.id] = request
         request.task = spawn(self._run(request), f"reply {request.id}")
         return request.id
@@ -267,30 +243,26 @@ class InferenceService(QObject):
             loop = asyncio.get_running_loop()
             loop.call_later(HARD_STOP_S, lambda: None if task.done() else task.cancel())
 
-    def _check(self, options: GenerationOptions) -> ServedPipeline:
-        if self._pipeline is None:
+    def _check(self, config: GenerationConfig) -> LLMPipeline:
+        if self._llm is None:
             raise NoModelError(
                 "no model is deployed: open 'Model & deployment', choose an export and press Deploy"
             )
-        if options.speculative and self._pipeline.draft is None:
+        if config.speculative and self._llm.runtime.draft is None:
             raise NoModelError(
                 f"{self._mode.mode.label} needs a draft: choose a draft model or n-gram under "
                 "Mode and press Deploy again, or switch the mode to PP"
             )
-        return self._pipeline
+        return self._llm
 
     async def _run(self, request: _Request) -> None:
-        if self._gate is None:
-            self._gate = _Gate(self._mode.concurrency)
-        gate = self._gate
-        acquired = False
         try:
-            pipeline = self._check(request.options)
-            await gate.acquire()
-            acquired = True
+            llm = self._check(request.config)
             if request.messages is not None and not request.stop.is_set():
-                request.prompt = await asyncio.to_thread(self._chat_prompt, pipeline, request)
-            result = None if request.stop.is_set() else await self._generate(pipeline, request)
+                request.prompt, request.config = await asyncio.to_thread(
+                    self._chat_prompt, llm, request
+                )
+            result = None if request.stop.is_set() else await self._generate(llm, request)
             if result is None:
                 self.stopped.emit(request.id)
             else:
@@ -302,39 +274,28 @@ class InferenceService(QObject):
             self.failed.emit(request.id, user_message(exc))
         finally:
             self._requests.pop(request.id, None)
-            if acquired:
-                await gate.release()
 
-    def _chat_prompt(self, pipeline: ServedPipeline, request: _Request) -> str:
-        """The chat's prompt, fitted to the context (runs in a worker thread)."""
-        prompter = self._prompter
-        if prompter is None or pipeline is not self._pipeline:
+    def _chat_prompt(self, llm: LLMPipeline, request: _Request) -> tuple[str, GenerationConfig]:
+        """The chat's prompt, fitted to the context, and its configuration (runs in a worker
+        thread)."""
+        if llm is not self._llm:
             raise NoModelError("the model was unloaded: press Deploy and send the message again")
-        budget = pipeline.context_limit - request.options.max_new_tokens
-        prompt = prompter.fit(request.messages or (), budget)
-        if prompt.dropped:
-            log.info(
-                "reply %d: %d oldest message(s) left out to fit the context (%d tokens)",
-                request.id,
-                prompt.dropped,
-                prompt.tokens,
-            )
-        return prompt.text
+        return llm.chat_prompt(request.messages or (), request.config, fit=True)
 
-    async def _generate(
-        self, pipeline: ServedPipeline, request: _Request
-    ) -> GenerationResult | None:
-        """Stream the reply out as signals; its result, or None if stopped first."""
-        self.started.emit(request.id)
+    async def _generate(self, llm: LLMPipeline, request: _Request) -> GenerationResult | None:
+        """Stream the reply out as signals; its result, or None if stopped first. It waits for
+        a slot in the pipeline (``started`` says when it has one: at its first tokens)."""
         result: GenerationResult | None = None
-        stream = pipeline.stream(request.prompt, request.options)
+        stream = llm.astream_result(request.prompt, request.config)
         opened = False
         try:
             async for item in stream:
-                if isinstance(item, TokenDelta):
-                    if not opened:  # metric events name streams by id: say whose this one is
-                        opened = True
+                if not opened:
+                    opened = True
+                    self.started.emit(request.id)
+                    if isinstance(item, TokenDelta):  # metric events name streams by id
                         self.stream_opened.emit(request.id, item.stream_id)
+                if isinstance(item, TokenDelta):
                     if item.text:
                         self.delta.emit(request.id, item.text)
                 else:
@@ -343,9 +304,7 @@ class InferenceService(QObject):
                     break
         finally:
             # end the generator here, at a token boundary, so its stages release the stream
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await stream.aclose()
         return result
 
 

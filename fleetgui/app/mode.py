@@ -6,10 +6,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from fleetgui.app.conversation import SamplingSettings
+from fleetgui.generation_config import DraftK, speculative_k
 from fleetgui.runtime.auto_k import check_k
 from fleetgui.runtime.draft_source import DraftSource
-from fleetgui.runtime.generation import GenerationOptions
 
 MAX_STREAMS = 16
 
@@ -51,6 +50,12 @@ class ModeSettings:
             raise ValueError(f"streams must be 1 to {MAX_STREAMS}, got {self.streams}")
 
     @property
+    def draft_k(self) -> DraftK:
+        """A reply's ``GenerationConfig.k`` in this mode (None: no speculative decoding; see
+        ``SamplingSettings.config``)."""
+        return speculative_k(self.mode.speculative, self.k)
+
+    @property
     def concurrency(self) -> int:
         """How many conversations may generate at once (the others wait their turn)."""
         return self.streams if self.mode.interleaved else 1
@@ -72,14 +77,3 @@ def opening_mode(
     if given is not None:
         return given
     return replace(saved, draft_dir=draft) if draft is not None else saved
-
-
-def generation_options(mode: ModeSettings, sampling: SamplingSettings) -> GenerationOptions:
-    """The runtime options for one reply; raises ``ValueError`` naming a bad setting. (The
-    stop strings a model's chat format needs are added by ``InferenceService.chat_options``.)"""
-    return GenerationOptions(
-        max_new_tokens=sampling.max_new_tokens,
-        sampling=sampling.params(),
-        speculative=mode.mode.speculative,
-        k=mode.k,
-    )

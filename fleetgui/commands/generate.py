@@ -9,11 +9,15 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.draft_source import parse_draft
 from fleetgui.runtime.modes import MODES, interleaves, is_speculative
+
+if TYPE_CHECKING:
+    from fleetgui.generation_config import GenerationConfig
+    from fleetgui.llm_pipeline import LLMPipeline
 
 NAME = "generate"
 HELP = "generate text with a pipeline of stages (PP, PP+MB, PP+SD, PP+SD+MB)"
@@ -70,9 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", metavar="TEXT", help="with --chat: a system message first")
 
 
-def _options(args: argparse.Namespace) -> Any:
-    from fleetgui.runtime.generation import GenerationOptions
-    from fleetgui.runtime.head import SamplingParams
+def _options(args: argparse.Namespace) -> GenerationConfig:
+    """The flags' generation configuration, checked before anything is loaded."""
+    from fleetgui.generation_config import GenerationConfig, speculative_k
 
     if args.k == "auto":
         k = None
@@ -83,24 +87,25 @@ def _options(args: argparse.Namespace) -> Any:
             raise FleetguiError(
                 f"--k must be a number from 1 to 16 or 'auto', not {args.k!r}"
             ) from None
+    speculative = is_speculative(args.mode)
+    config = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=tuple(args.stop),
+        k=speculative_k(speculative, k),
+    )
     try:
-        sampling = SamplingParams(
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
-        )
+        config.check()
     except ValueError as exc:
         raise FleetguiError(str(exc)) from exc
-    speculative = is_speculative(args.mode)
     if speculative and args.draft is None:
         raise FleetguiError(
             f"--mode {args.mode} needs a draft: add --draft DRAFT_EXPORT_DIR or --draft ngram"
         )
-    return GenerationOptions(
-        max_new_tokens=args.max_new_tokens,
-        sampling=sampling,
-        stop_strings=tuple(args.stop),
-        speculative=speculative,
-        k=k,
-    )
+    return config
 
 
 def result_record(result: Any, speculative: bool) -> dict[str, Any]:
@@ -143,33 +148,38 @@ class _AnswerText:
 
 
 async def _generate(args: argparse.Namespace) -> int:
-    from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
-    from fleetgui.runtime.ov_stage import StageConfig
+    from fleetgui.export.manifest import read_manifest
+    from fleetgui.fleet.open_fleet import parse_worker_list
+    from fleetgui.front_door import aopen
+    from fleetgui.runtime.generation import GenerationResult
 
     if args.system is not None and not args.chat:
         raise FleetguiError("--system is a chat's system message: add --chat")
-    options = _options(args)
-    stage_config = StageConfig(threads=args.threads, precision=args.precision)
-    local = LocalPipelineConfig(stage=stage_config, draft_stage=stage_config)
-    draft = args.draft if options.speculative else None
-    session = None
+    config = _options(args)
     if args.workers:
-        session = await _open_fleet(args, local)
-        pipeline = session.pipeline(draft_dir=draft)
-    else:
-        pipeline = load_local_pipeline(args.export_dir, draft_dir=draft, config=local)
+        parse_worker_list(args.workers)  # "--workers is empty", a worker listed twice
+    read_manifest(args.export_dir)  # an export, never a model to export first (as open() does)
     concurrent = interleaves(args.mode)  # pp+mb and pp+sd+mb: the prompts at once
     streams = max(1, args.streams if concurrent else 1)
     if concurrent and args.streams == 1:
         streams = len(args.prompt)
-    pipeline.streams.set(streams)  # the other prompts wait their turn in the pipeline
+    llm = await aopen(
+        args.export_dir,
+        workers=args.workers or (),
+        draft=args.draft if config.speculative else None,
+        max_streams=streams,  # the other prompts wait their turn in the pipeline
+        identity=args.identity,
+        threads=args.threads,
+        precision=args.precision,
+        local_failover=args.local_failover,
+    )
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)
     answer = _AnswerText(enabled=not args.json and len(args.prompt) == 1)
 
     async def one(index: int, prompt: str) -> None:
-        async for item in pipeline.stream(prompt, options):
-            if hasattr(item, "finish_reason"):
+        async for item in llm.astream_result(prompt, config):
+            if isinstance(item, GenerationResult):
                 results[index] = item
             else:
                 answer.write(item.text)
@@ -177,7 +187,7 @@ async def _generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         if args.chat:
-            prompts, options = _chat_prompts(args, pipeline, options)
+            prompts, config = _chat_prompts(args, llm, config)
         if concurrent:
             await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
         else:
@@ -187,47 +197,26 @@ async def _generate(args: argparse.Namespace) -> int:
         answer.cut()
         raise
     finally:
-        await pipeline.close()
-        if session is not None:
-            await session.close()
-    _print_results(args, results, options.speculative, time.perf_counter() - started)
+        await llm.aclose()
+    _print_results(args, results, config.speculative, time.perf_counter() - started)
     return 0
 
 
-def _chat_prompts(args: argparse.Namespace, pipeline: Any, options: Any) -> tuple[list[str], Any]:
+def _chat_prompts(
+    args: argparse.Namespace, llm: LLMPipeline, config: GenerationConfig
+) -> tuple[list[str], GenerationConfig]:
     """Each prompt as one user message (after the --system message) in the export's chat
-    template, and the options with the stop strings its format needs."""
-    from dataclasses import replace
-
-    from fleetgui.runtime.chat_prompt import ChatPrompter
-
-    prompter = ChatPrompter.for_tokenizer(pipeline.tokenizer)
-    if prompter.is_fallback:
+    template, and the configuration with the stop strings its format needs."""
+    if not llm.has_chat_template:
         log.warning(
             "%s has no chat template: the prompt is sent as a plain 'User: ... Assistant:' "
             "transcript",
             args.export_dir,
         )
     head = [] if args.system is None else [{"role": "system", "content": args.system}]
-    prompts = [prompter.text([*head, {"role": "user", "content": p}]) for p in args.prompt]
-    stops = tuple(dict.fromkeys((*options.stop_strings, *prompter.stop_strings)))
-    return prompts, replace(options, stop_strings=stops)
-
-
-async def _open_fleet(args: argparse.Namespace, local: Any) -> Any:
-    from fleetgui.fleet.open_fleet import open_fleet, parse_worker_list
-    from fleetgui.fleet.session_config import CoordinatorConfig
-    from fleetgui.net.keys import coordinator_identity, load_identity
-
-    addresses = parse_worker_list(args.workers)
-    identity = load_identity(args.identity) if args.identity else coordinator_identity()
-    config = CoordinatorConfig(
-        local=local,
-        worker_threads=args.threads,
-        worker_precision=args.precision,
-        local_failover=args.local_failover,
-    )
-    return await open_fleet(args.export_dir, addresses, identity, config)
+    config = llm.chat_config(config)
+    prompts = [llm.chat_prompt([*head, {"role": "user", "content": p}])[0] for p in args.prompt]
+    return prompts, config
 
 
 def _print_results(

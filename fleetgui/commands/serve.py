@@ -97,6 +97,8 @@ async def _serve(args: argparse.Namespace) -> int:
     from fleetgui.api.keys import resolve_api_key
     from fleetgui.api.served import ServedModel
     from fleetgui.api.server import ApiServer, ServerConfig
+    from fleetgui.generation_config import speculative_k
+    from fleetgui.llm_pipeline import LLMPipeline
     from fleetgui.runtime.loader import LocalPipelineConfig
     from fleetgui.runtime.ov_stage import StageConfig
 
@@ -115,17 +117,19 @@ async def _serve(args: argparse.Namespace) -> int:
     stage = StageConfig(threads=args.threads, precision=args.precision)
     local = LocalPipelineConfig(stage=stage, draft_stage=stage)
     draft = args.draft if speculative else None
-    pipeline, counts, session = await _open_pipeline(args, local, draft, max_streams)
+    runtime, counts, session = await _open_pipeline(args, local, draft, max_streams)
+    # closes the runtime pipeline, then the fleet session it runs on
+    llm = LLMPipeline.over(runtime, closers=[session] if session else [], max_streams=max_streams)
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None
     try:
-        served = ServedModel(pipeline, name, speculative=speculative, k=k, stage_streams=counts)
-        if served.prompter.is_fallback:
+        if not llm.has_chat_template:  # reads the template: a broken one stops the start here
             log.warning(
                 "%s has no chat template: chats are sent as a plain 'User: ... Assistant:' "
                 "transcript",
                 args.export_dir,
             )
+        served = ServedModel(llm, name, k=speculative_k(speculative, k), stage_streams=counts)
         server = ApiServer(served, config)
         url = await server.start()
         print(f"fleetgui serve: {name} at {url} ({args.mode}, {max_streams} streams)", flush=True)
@@ -135,9 +139,7 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             await server.stop()
-        await pipeline.close()
-        if session is not None:
-            await session.close()
+        await llm.aclose()
     return 0
 
 

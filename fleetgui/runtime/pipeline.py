@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
 import itertools
 import logging
 import time
@@ -119,6 +120,17 @@ class Pipeline:
         async with contextlib.aclosing(self._generate(prompt, options)) as items:
             async for item in items:
                 yield item
+
+    def with_streams(self, streams: StreamLimit) -> Pipeline:
+        """This pipeline's stages, drafter, tokenizer, metrics and stream ids behind another
+        stream limit: streams started through the twin neither wait for this one's slots nor
+        take them, and setting its ``draft`` or ``new_auto_k`` leaves this one's as they are.
+        The app's benchmark measures through an unlimited twin while the replies wait, held,
+        on the deployed pipeline's limit. Close this one, not the twin."""
+        twin = copy.copy(self)
+        twin.streams = streams
+        twin._active = 0
+        return twin
 
     async def close(self) -> None:
         await self.route.close()

@@ -4,7 +4,8 @@ served.
 The limit belongs to the pipeline, not to its callers: the app, ``fleetgui generate``, the Python
 front door and the API all generate through one, and each had kept a semaphore of its own. The
 limit can change while requests wait (the app's stream count); a waiter cancelled just as it was
-granted a slot passes the slot on.
+granted a slot passes the slot on. A hold keeps every new generation waiting until it is resumed,
+once the running ones have ended (the app's fleet benchmark has the stages to itself meanwhile).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class StreamLimit:
         self._limit = limit
         self.active = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._held = False
+        self._idle: list[asyncio.Future[None]] = []  # hold()s waiting for none to run
 
     @staticmethod
     def _check(limit: int | None) -> None:
@@ -45,8 +48,37 @@ class StreamLimit:
         self._limit = limit
         self._wake()
 
+    @property
+    def held(self) -> bool:
+        """New generations wait until :meth:`resume` (see :meth:`hold`)."""
+        return self._held
+
+    async def hold(self) -> None:
+        """Keep every new generation waiting, and return once the running ones have ended:
+        the stages are the caller's alone until :meth:`resume` (it generates meanwhile through
+        something with a limit of its own, e.g. ``Pipeline.with_streams``). Cancelled while
+        it waits, the hold is let go."""
+        self._held = True
+        try:
+            while self.active > 0:
+                idle = asyncio.get_running_loop().create_future()
+                self._idle.append(idle)
+                try:
+                    await idle
+                finally:
+                    with contextlib.suppress(ValueError):
+                        self._idle.remove(idle)
+        except BaseException:
+            self.resume()
+            raise
+
+    def resume(self) -> None:
+        """End a hold: the waiting generations start, in arrival order, up to the limit."""
+        self._held = False
+        self._wake()
+
     def _free(self) -> bool:
-        return self._limit is None or self.active < self._limit
+        return not self._held and (self._limit is None or self.active < self._limit)
 
     def _wake(self) -> None:
         while self._waiters and self._free():
@@ -73,6 +105,10 @@ class StreamLimit:
 
     def release(self) -> None:
         self.active -= 1
+        if self.active == 0:
+            for idle in self._idle:
+                if not idle.done():
+                    idle.set_result(None)
         self._wake()
 
     @contextlib.asynccontextmanager
