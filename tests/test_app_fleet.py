@@ -18,7 +18,6 @@ coordinator would be."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -87,22 +86,12 @@ class PairingWorker(WorkerProcess):
     code: str = ""
 
     def start(self) -> PairingWorker:
-        env = {**os.environ, "FLEETGUI_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "fleetgui", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=open(self.home / "stderr.log", "a"),  # noqa: SIM115
-            text=True,
-            env=env,
-        )
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("pairing code for"):
-                self.code = line.split(":", 1)[1].split()[0]
-            elif line.startswith("{") and json.loads(line).get("event") == "ready":
-                self.info = json.loads(line)
-                return self
-        raise RuntimeError(f"worker {self.name} did not become ready")
+        super().start()
+        said = [line for line in self.lines if line.startswith("pairing code for")]
+        if not said:
+            raise RuntimeError(f"worker {self.name} printed no pairing code: {self.lines}")
+        self.code = said[-1].split(":", 1)[1].split()[0]
+        return self
 
 
 class SlowCoordinator(DeviceSource):
