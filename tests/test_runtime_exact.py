@@ -10,6 +10,7 @@ import pytest
 from runtime_support import export, perturbed_copy, pipeline, reference_greedy
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.auto_k import AutoK
 from fleetgui.runtime.generation import GenerationOptions, GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy
@@ -172,8 +173,8 @@ def test_pp_sd_mb_with_k_auto_matches_monolithic(family_exports: dict, reference
 def test_the_next_k_auto_stream_starts_from_the_last_ones_estimates(
     family_exports: dict, references: dict
 ) -> None:
-    """With a draft that rarely agrees the first reply's K falls from the initial 4; the next
-    reply on the same pipeline starts where it ended instead of at 4 again."""
+    """With a draft that rarely agrees the first reply's K falls from the initial 2 to 1; the
+    next reply on the same pipeline starts where it ended instead of at 2 again."""
 
     async def main() -> tuple[GenerationResult, GenerationResult]:
         paths = family_exports[FAMILIES[0]]
@@ -189,8 +190,8 @@ def test_the_next_k_auto_stream_starts_from_the_last_ones_estimates(
     first, second = asyncio.run(main())
     assert first.token_ids == references[FAMILIES[0], PROMPTS[0]]
     assert second.token_ids == references[FAMILIES[0], PROMPTS[1]]
-    assert first.ks[0] == 4 and min(first.ks) <= 2, first.ks
-    assert second.ks[0] <= 2, (first.ks, second.ks, first.acceptance_rate)
+    assert first.ks[0] == AutoK.initial_k == 2 and min(first.ks) == 1, first.ks
+    assert second.ks[0] == 1, (first.ks, second.ks, first.acceptance_rate)
 
 
 def test_compaction_keeps_output_exact(

@@ -29,9 +29,11 @@ class AutoK:
     """Chooses K from the measured acceptance rate and the measured cost of a round.
 
     Expected tokens per round with per-token acceptance ``a`` is (1 - a^(K+1)) / (1 - a). A
-    round (the draft's K proposals plus one verify pass of K+1 positions) costs what rounds at
-    that K cost so far (a moving average), and at a K not run yet, the line through the Ks that
-    were. K maximises tokens per millisecond.
+    round (the draft's K proposals plus one verify pass of K+1 positions) costs what the line
+    through the Ks run so far says (each K's moving average, weighted by its rounds), and K
+    maximises tokens per millisecond. The line never prices a draft below one draft pass, which
+    the rounds measure: a draft whose pass is dear and whose drafts past the first rarely pay
+    stays at K=1, however the noise of the round times falls.
 
     The draft's time counts per round, not per draft (a proposal has a fixed part, which made
     small Ks look dear per draft). ``a`` is estimated as a round sees it: each accepted draft a
@@ -42,14 +44,15 @@ class AutoK:
     ``switch_gain`` more tokens per ms than the current one, and ``a`` counts as at most
     ``max_alpha``. Each stream's round time includes waiting for the other streams' rounds,
     which makes long rounds look cheap to each stream while they slow the others. A lone stream
-    is not braked. A stream's first round is not timed (it warms a fresh state up), a lone
-    stream with one K timed runs its next round 2 Ks away to measure the line's slope, and each
-    K-auto stream starts from the last one's estimates (:meth:`carried_over`), so a chat's next
-    reply does not learn the pair again. What each of these was measured to gain:
-    docs/design-measurements.md.
+    is not braked. A stream starts at a small K and its first round is not timed (it warms a
+    fresh state up); a lone stream with one K timed runs its next round at another K to measure
+    the line's slope (see :meth:`_probe`), and runs the runner-up K once when its time is older
+    than ``recheck`` rounds (the machine's load comes and goes); each K-auto stream starts from
+    the last one's estimates (:meth:`carried_over`), so a chat's next reply does not learn the
+    pair again. What each of these was measured to gain: docs/design-measurements.md.
     """
 
-    initial_k: int = 4
+    initial_k: int = 2  # a stream's first K: cheap if drafts do not pay, left soon if they do
     successes: float = 0.7  # accepted drafts per round (moving average)
     trials: float = 1.0  # drafts judged per round: accepted + the rejected one (moving average)
     smoothing: float = 0.2
@@ -60,10 +63,16 @@ class AutoK:
     off_evidence: int = 8  # ... once at least this many were judged
     probe_after: int = 16  # plain steps while off before a probe round
     match_probe_after: int = 2  # ... or this many when the drafter finds the text predictable
+    recheck: int = 16  # timed rounds after which a K's time is stale (a lone stream re-measures)
     _round: dict[int, float] = field(default_factory=dict)  # K -> draft + verify ms (EMA)
     _work: dict[int, float] = field(default_factory=dict)  # K -> draft + verify compute (EMA)
     _timed: dict[int, int] = field(default_factory=dict)  # K -> rounds timed at it
     _verify: dict[int, float] = field(default_factory=dict)  # K -> verify ms (EMA)
+    _last_timed: dict[int, int] = field(default_factory=dict)  # K -> _rounds when last timed
+    _rounds: int = 0  # rounds timed
+    _judged_rounds: int = 0  # rounds in the acceptance estimate (the first few: a plain mean)
+    _recheck_at: int = 0  # _rounds from which a lone stream looks for a stale runner-up
+    _pass: float | None = None  # one draft pass's ms (EMA): what one more draft costs at least
     _k: int | None = None  # the K chosen last (while off: the best K when it went off)
     _plain: float | None = None  # a plain decoding step's ms (EMA); None: none timed yet
     _off: bool = False  # speculation is off: plain steps until a probe
@@ -92,6 +101,7 @@ class AutoK:
             _work=dict(self._work),
             _timed=dict(self._timed),
             _verify=dict(self._verify),
+            _last_timed=dict(self._last_timed),
             _recent=collections.deque(self._recent),
             _off_steps=self.probe_after if self._off else 0,
         )
@@ -105,15 +115,22 @@ class AutoK:
         *,
         timed: bool = True,
         compute_ms: float | None = None,
+        pass_ms: float | None = None,
     ) -> None:
         """Record a round; ``timed=False``: its acceptance only (a stream's first round costs
         more than the rest, ~25 % on the demo pair, and would mark its K as dear).
-        ``compute_ms``: the verify pass's compute on the stages, without the network and the
-        waiting that ``verify_ms`` includes (None: take ``verify_ms``)."""
-        s = self.smoothing
+        ``draft_ms``: the proposal's wall time; ``compute_ms``: the verify pass's compute on
+        the stages, without the network and the waiting that ``verify_ms`` includes (None: take
+        ``verify_ms``); ``pass_ms``: one draft pass's time, what one more draft adds at least
+        (None: not timed; ``draft_ms / k`` would overstate it by a proposal's fixed part)."""
+        # the first rounds weigh as much as the initial guess (it counts as one round), so a
+        # draft that rarely agrees is not judged by that guess of 0.7 for several rounds
+        s = max(self.smoothing, 1 / (self._judged_rounds + 2))
+        self._judged_rounds += 1
         judged = accepted + (1 if accepted < k else 0)
         self.successes = (1 - s) * self.successes + s * accepted
         self.trials = (1 - s) * self.trials + s * judged
+        s = self.smoothing
         self._recent.append((accepted, judged))
         self._recent_accepted += accepted
         self._recent_judged += judged
@@ -123,20 +140,22 @@ class AutoK:
             self._recent_judged -= old_judged
         if not timed:
             return
-        ms = draft_ms + verify_ms
-        old = self._round.get(k)
-        self._round[k] = ms if old is None else (1 - s) * old + s * ms
+        if pass_ms is not None:
+            self._pass = _ema(self._pass, pass_ms, s)
+        if self._rounds - self._last_timed.get(k, self._rounds) > self.recheck:
+            for estimates in (self._round, self._work, self._verify, self._timed):
+                estimates.pop(k, None)  # stale: the new time replaces it
+        self._rounds += 1
+        self._last_timed[k] = self._rounds
+        self._round[k] = _ema(self._round.get(k), draft_ms + verify_ms, s)
         work = draft_ms + (verify_ms if compute_ms is None else compute_ms)
-        old = self._work.get(k)
-        self._work[k] = work if old is None else (1 - s) * old + s * work
+        self._work[k] = _ema(self._work.get(k), work, s)
+        self._verify[k] = _ema(self._verify.get(k), verify_ms, s)
         self._timed[k] = self._timed.get(k, 0) + 1
-        old = self._verify.get(k)
-        self._verify[k] = verify_ms if old is None else (1 - s) * old + s * verify_ms
 
     def record_plain(self, ms: float) -> None:
         """Record a plain decoding step (one token, no drafts) and its time."""
-        s = self.smoothing
-        self._plain = ms if self._plain is None else (1 - s) * self._plain + s * ms
+        self._plain = _ema(self._plain, ms, self.smoothing)
         if self._off:
             self._off_steps += 1
 
@@ -155,33 +174,34 @@ class AutoK:
         return max(min(self._verify.values(), default=1e-3), 1e-3)
 
     def _round_costs(self) -> list[float]:
-        """The expected round time for every K from :data:`K_MIN` to :data:`K_MAX`: measured
-        where that K ran at least twice, else on the line through the Ks that ran (fitted once).
-        One round is no measure: a lone stream whose draft never agreed ran K=1 once, slowly
-        (a busy moment), and its K stayed at 4 for good although K=1 made the cheapest rounds
-        (``tests/test_runtime_exact.py`` failed so in 3 of 13 runs here and once in CI)."""
+        """The expected round time for every K from :data:`K_MIN` to :data:`K_MAX`, on the line
+        through the Ks that ran (fitted once), each weighted by its rounds (up to a moving
+        average's span). No K is priced by its own average alone: two neighbouring Ks differ
+        by one draft, less than a busy moment adds to a round, and a K whose few rounds came
+        out cheap held K there where one draft less ran faster."""
         points = sorted(self._round.items())
+        ks = np.array([k for k, _ in points], dtype=float)
+        ms = np.array([v for _, v in points], dtype=float)
+        weights = np.array([min(self._timed[k], 1 / self.smoothing) for k, _ in points])
+        # more drafts never make a round cheaper, and each costs at least its draft pass: a
+        # slow round at a small K (it waited behind another stream) tilted the line down, and
+        # K=16 looked cheapest. The other floor is a share of the round's work (drafts, the
+        # stages' compute), not of its time: a slow network's wait made that floor many
+        # times what a draft really adds
+        floor = max(
+            MIN_SLOPE * float(np.mean([self._work.get(k, v) for k, v in points])),
+            self._pass or 0.0,
+        )
         if len(points) >= 2:
-            ks = np.array([p[0] for p in points], dtype=float)
-            ms = np.array([p[1] for p in points], dtype=float)
-            slope, intercept = (float(v) for v in np.polyfit(ks, ms, 1))
-            # more drafts never make a round cheaper: a slow round at a small K (it waited
-            # behind another stream) tilted the line down, and K=16 looked cheapest. The floor
-            # is a share of the round's work (drafts, the stages' compute), not of its time: a
-            # slow network's wait made the floor many times what a draft really adds
-            floor = MIN_SLOPE * float(
-                np.mean([self._work.get(k, self._round[k]) for k, _ in points])
-            )
-            if slope < floor:
-                slope = floor
-                intercept = float(ms.mean()) - slope * float(ks.mean())
+            slope, intercept = (float(v) for v in np.polyfit(ks, ms, 1, w=np.sqrt(weights)))
         else:  # one K so far: a draft adds a pass, the verify a position
-            ((base_k, base_ms),) = points
-            slope, intercept = 0.1 * base_ms, base_ms * (1 - 0.1 * base_k)
-        return [
-            self._round[k] if self._timed.get(k, 0) >= 2 else max(intercept + slope * k, 1e-3)
-            for k in range(K_MIN, K_MAX + 1)
-        ]
+            slope, intercept = 0.1 * float(ms[0]), float(ms[0]) * (1 - 0.1 * float(ks[0]))
+        if slope < floor:
+            slope = floor
+            intercept = float(
+                np.average(ms, weights=weights) - slope * np.average(ks, weights=weights)
+            )
+        return [max(intercept + slope * k, 1e-3) for k in range(K_MIN, K_MAX + 1)]
 
     def choose(self, streams: int = 1, *, predictable: bool = False) -> int:
         """K for the next round of a stream, or :data:`OFF` for a plain decoding step;
@@ -202,22 +222,57 @@ class AutoK:
             return K_MIN
         braked = streams > 1
         current = self.initial_k if self._k is None else self._k
-        if not braked and len(self._round) == 1:
-            # one K timed: the line's slope would be a guess that can hold K there for good;
-            # one round two Ks away measures it (with other streams, waiting muddies it)
-            return current + 2 if current + 2 <= K_MAX else current - 2
         if self._round:
             cap, gain = (self.max_alpha, self.switch_gain) if braked else (UNBRAKED_ALPHA, 0.0)
-            costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms a round
-            rates = _rates(min(max(self.alpha, 0.01), cap), costs)
-            best = max(range(len(rates)), key=rates.__getitem__)
+            a = min(max(self.alpha, 0.01), cap)
+            if not braked and len(self._round) == 1 and current in self._round:
+                # one K timed: the line's slope would be a guess that can hold K there for
+                # good; one round at another K measures it (with other streams, waiting
+                # muddies it)
+                probe = self._probe(a, current)
+                if probe != current:
+                    return probe
+            costs = self._round_costs()  # one fit per round: np.polyfit per K cost 0.6 ms
+            rates = _rates(a, costs)
+            ranked = sorted(range(len(rates)), key=rates.__getitem__, reverse=True)
+            best = ranked[0]
             if self._plain_pays(rates[best], cap, costs):
                 self._k, self._off, self._off_steps = best + K_MIN, True, 0
                 return OFF
             if rates[best] > (1 + gain) * rates[current - K_MIN]:
                 current = best + K_MIN
+            runner_up = ranked[1] + K_MIN
+            if not braked and self._stale(runner_up):
+                self._k = current  # one round measures the runner-up; the next comes back
+                return runner_up
         self._k = current
         return current
+
+    def _stale(self, k: int) -> bool:
+        """Whether a lone stream's next round should measure ``k``, the runner-up, as it was
+        not timed in the last ``recheck`` rounds (at most one such round in ``recheck``)."""
+        if self._rounds < max(self._recheck_at, self.recheck):
+            return False
+        if self._rounds - self._last_timed.get(k, 0) <= self.recheck:
+            return False
+        self._recheck_at = self._rounds + self.recheck
+        return True
+
+    def _probe(self, a: float, current: int) -> int:
+        """Where a lone stream measures the cost line's slope from ``current``, its one K
+        timed: up to 2 Ks higher if a higher K would pay even if its extra drafts cost only
+        their draft passes (its verify checks more positions too, so they cost at least
+        that), else 2 lower. Always going higher cost a draft that rarely agrees its dearest
+        rounds, at the start of every reply."""
+        base = self._round[current]
+        extra = self._pass or 0.0
+        best = max(
+            range(K_MIN, K_MAX + 1),
+            key=lambda k: _expected(a, k) / max(base + (k - current) * extra, 1e-3),
+        )
+        if best > current:
+            return min(current + 2, best)
+        return max(current - 2, K_MIN)
 
     def _plain_pays(self, best_rate: float, cap: float, costs: list[float]) -> bool:
         """Whether a plain step makes ``off_gain`` more tokens per ms than the best K, both by
@@ -234,13 +289,20 @@ class AutoK:
         return plain_rate > max(_rates(pooled, costs))
 
 
+def _ema(old: float | None, new: float, s: float) -> float:
+    """A moving average ``old`` (None: none yet) updated with ``new`` at smoothing ``s``."""
+    return new if old is None else (1 - s) * old + s * new
+
+
+def _expected(a: float, k: int) -> float:
+    """Expected tokens of a round at ``k`` for per-token acceptance ``a`` (< 1)."""
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
 def _rates(a: float, costs: list[float]) -> list[float]:
-    """Expected tokens per ms of a round at each K from :data:`K_MIN`, for acceptance ``a``
-    and the rounds' ``costs``."""
-    return [
-        (1 - a ** (k + 1)) / (1 - a) / ms
-        for k, ms in zip(range(K_MIN, K_MAX + 1), costs, strict=True)
-    ]
+    """Expected tokens per ms of a round at each K from :data:`K_MIN` on, for acceptance ``a``
+    and the rounds' ``costs`` (one a K)."""
+    return [_expected(a, k) / ms for k, ms in enumerate(costs, start=K_MIN)]
 
 
 class AutoKMemory:

@@ -34,6 +34,7 @@ class Proposal:
     drafts: list[int]  # at most the K asked for; fewer (or none) when the drafter has no more
     dists: list[SparseDist]  # empty in greedy mode
     ms: float
+    pass_ms: float | None = None  # one draft pass, what one more draft adds (None: not timed)
 
 
 class Drafter(Protocol):
@@ -163,6 +164,7 @@ class DraftModel:
         drafts: list[int] = []
         dists: list[SparseDist] = []
         logits = self._feed(stream_id, committed, len(committed))
+        first_ms = (time.perf_counter() - started) * 1000  # also catches up on the last round
         for i in range(k):
             if params.greedy:
                 token = int(np.argmax(logits))
@@ -173,7 +175,10 @@ class DraftModel:
             drafts.append(token)
             if i < k - 1:
                 logits = self._feed(stream_id, committed + drafts, len(committed))
-        return Proposal(drafts, dists, (time.perf_counter() - started) * 1000)
+        ms = (time.perf_counter() - started) * 1000
+        # the passes after the first are one draft each; a lone pass stands for them
+        pass_ms = (ms - first_ms) / (k - 1) if k > 1 else ms
+        return Proposal(drafts, dists, ms, pass_ms)
 
     def predictable(self, stream_id: int, committed: list[int]) -> bool:
         return False  # only a proposal tells: K auto probes a draft model by count

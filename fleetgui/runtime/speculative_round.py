@@ -38,7 +38,10 @@ async def speculative_step(
     if k < 1:
         return await plain_step(stream, target)
     params = options.sampling
+    started = time.perf_counter()
     proposal = await drafter.propose(stream.id, stream.committed, k, params, stream.rng)
+    # the proposal's wall time: a hand-off to a thread and back costs the round too
+    draft_ms = (time.perf_counter() - started) * 1000
     if not proposal.drafts:  # e.g. no n-gram match: nothing to verify, not a round
         return await plain_step(stream, target)
     k = len(proposal.drafts)  # a drafter may propose fewer than asked
@@ -54,7 +57,13 @@ async def speculative_step(
     timed = len(stream.ks) > 1 and not probe
     compute = sum(result.compute_ms.values()) if result.compute_ms else None
     stream.auto_k.update(
-        k, result.accepted, proposal.ms, verify_ms, timed=timed, compute_ms=compute
+        k,
+        result.accepted,
+        draft_ms,
+        verify_ms,
+        timed=timed,
+        compute_ms=compute,
+        pass_ms=proposal.pass_ms,
     )
     target.metrics.emit(SpeculationRound(stream.id, k, result.accepted, proposal.ms, verify_ms))
     return result.tokens
