@@ -2,15 +2,18 @@
 (CommonMark plus tables): paragraphs, lists, headings, inline ``code`` and fenced code blocks in
 a monospace box (an unclosed fence, as in a reply still streaming, is a code block to the end).
 Raw HTML is shown as written, and a plain paragraph keeps its lines' leading indentation. A
-streaming reply is split (``settled_length``) into blocks that can no longer change and the
-growing last one, so a view re-renders only that. User messages are plain text. Each finished
-reply has a Copy link (``copy:<message index>``) and, when known, its model and mode. Pure
-functions; colours come from :mod:`fleetgui.app.theme`."""
+streaming reply is parsed in parts (``split_reply``): blocks that can no longer change and the
+growing rest, so that a view re-renders only the part that changed, or adds only the text
+(``continued_text``) or the code (``growing_code_html``) that came. User messages are plain
+text. Each finished reply has a Copy link (``copy:<message index>``) and, when known, its model
+and mode. Pure functions; colours come from :mod:`fleetgui.app.theme`."""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -58,11 +61,13 @@ def _indent(line: str) -> str:
 
 
 def _code_html(code: str, colors: Colors) -> str:
+    # an empty box holds a space: Qt drops an empty <pre>, and then lays out what follows the
+    # box differently when it is inserted on its own (as a streaming reply's blocks are)
     return (
         f'<table width="100%" cellpadding="6" style="margin: 4px 0; '
         f'background: {colors.code_background}; border: 1px solid {colors.code_border};">'
         f'<tr><td><pre style="font-family: {MONOSPACE}; margin: 0;">'
-        f"{html.escape(code)}</pre></td></tr></table>"
+        f"{html.escape(code) or ' '}</pre></td></tr></table>"
     )
 
 
@@ -71,8 +76,42 @@ def _code_html(code: str, colors: Colors) -> str:
 Rule = Any  # markdown-it's renderer passes itself first: (renderer, tokens, idx, options, env)
 
 
+# where a box's text is, from its margin, border, cell spacing and padding (see _code_html)
+_GROWING_CODE_MARGIN_PX = 14
+_GROWING_CODE_INSET_PX = 10
+
+
+def growing_code_html(code: str, colors: Colors) -> str:
+    """A code block still being written: its lines on the code background, the text where the
+    box's will be. Not the box (a table), which Qt lays out whole on every change: a long block
+    would cost more each time it grows; it gets its box once it is closed."""
+    return (
+        f'<pre style="font-family: {MONOSPACE}; margin-top: {_GROWING_CODE_MARGIN_PX}px; '
+        f"margin-bottom: {_GROWING_CODE_MARGIN_PX}px; text-indent: {_GROWING_CODE_INSET_PX}px; "
+        f'background-color: {colors.code_background};">{html.escape(code) or " "}</pre>'
+    )
+
+
+def _shown_code(fence: Token) -> str:
+    """The text a fenced code block shows: its content without the last line's newline."""
+    return fence.content.removesuffix("\n")
+
+
+def _closed(fence: Token, lines: Sequence[str]) -> bool:
+    """Whether ``fence`` (its lines among ``lines``) ends with its closing marker line."""
+    if fence.map is None or fence.map[1] - 1 <= fence.map[0]:
+        return False
+    last = lines[fence.map[1] - 1]
+    marker = last.strip()
+    return (
+        len(last) - len(last.lstrip(" ")) < 4
+        and len(marker) >= len(fence.markup)
+        and marker == fence.markup[0] * len(marker)
+    )
+
+
 def _fence(_r: Rule, tokens: Sequence[Token], idx: int, _o: Any, env: dict[str, Any]) -> str:
-    return _code_html(tokens[idx].content.removesuffix("\n"), env["colors"])
+    return _code_html(_shown_code(tokens[idx]), env["colors"])
 
 
 def _code_inline(_r: Rule, tokens: Sequence[Token], idx: int, _o: Any, env: dict[str, Any]) -> str:
@@ -153,18 +192,102 @@ def render_plain(text: str) -> str:
     return f'<p style="{_PARAGRAPH}">{escaped}</p>'
 
 
+@dataclass(frozen=True)
+class ReplyPart:
+    """Top-level markdown blocks of a streaming reply, from one blank-line boundary to the next
+    (see :func:`split_reply`)."""
+
+    source: str  # their markdown, with the blank lines after them
+    tokens: list[Token]
+    lines: list[str]  # the lines of all the text parsed: the render rules read indentation there
+
+    def html(self, colors: Colors) -> str:
+        env = {"lines": self.lines, "colors": colors}
+        return str(_MD.renderer.render(self.tokens, _MD.options, env))
+
+    def ends_in_text(self) -> bool:
+        """Whether the part ends in a run of plain text, of a paragraph, list item or quote:
+        what :func:`continued_text` continues."""
+        tokens = self.tokens
+        end = len(tokens)
+        while end > 0 and tokens[end - 1].type in _TEXT_CLOSERS:
+            end -= 1
+        last = tokens[end - 1] if end > 0 else None
+        if last is None or last.type != "inline":
+            return False
+        # (emphasis leaves empty text tokens where its markers were)
+        shown = [child for child in last.children or [] if child.type != "text" or child.content]
+        return bool(shown) and shown[-1].type == "text"
+
+    def growing_code(self) -> str | None:
+        """The code shown when the part is one fenced code block still open (more lines may come:
+        see :func:`growing_code_html`); None for any other part."""
+        if len(self.tokens) != 1 or self.tokens[0].type != "fence":
+            return None
+        fence = self.tokens[0]
+        return None if _closed(fence, self.lines) else _shown_code(fence)
+
+
+# the ends of the blocks whose text plain text can continue: paragraphs, list items, quotes
+_TEXT_CLOSERS = frozenset(
+    (
+        "paragraph_close",
+        "list_item_close",
+        "bullet_list_close",
+        "ordered_list_close",
+        "blockquote_close",
+    )
+)
+_NOT_PLAIN = frozenset("`*_[]()<>&;\\~|!#")  # markup, entities, escapes, tables, headings
+
+
+def continued_text(source: str, added: str) -> str | None:
+    """The text ``added`` adds to what ``source`` shows, when ``source`` is markdown that ends
+    in plain text (``ReplyPart.ends_in_text``) and ``added`` only lengthens it: plain characters
+    on a last line whose kind is already known (a letter in it: not a line that may yet become a
+    list item, heading or rule). None when ``added`` may do more; then parse it all again."""
+    line = source.rpartition("\n")[2]
+    if not any(c.isalpha() for c in line):
+        return None
+    if not all(c == " " or (c.isprintable() and c not in _NOT_PLAIN) for c in added):
+        return None
+    shown = line.rstrip()  # the spaces that end a paragraph are not shown (yet)
+    return (line + added).rstrip()[len(shown) :]
+
+
+def split_reply(text: str) -> tuple[list[ReplyPart], int]:
+    """``text``, a streaming reply from a block boundary on, parsed once and split before each
+    top-level block that starts after a blank line; and how many of the parts are whole for
+    good: those before the last such block that starts on a complete line (a paragraph, list or
+    fence ends there; what follows cannot change it)."""
+    if not text.strip():
+        return [], 0
+    lines = text.split("\n")
+    complete = len(lines) - 1  # the last line may still be growing
+    offsets = [0]  # where each line starts in the text
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    tokens = _MD.parse(text)
+    starts = [  # (token index, line) of the blocks that start after a blank line
+        (index, token.map[0])
+        for index, token in enumerate(tokens)
+        if token.level == 0 and token.nesting >= 0 and token.map and token.map[0] > 0
+        if not lines[token.map[0] - 1].strip()
+    ]
+    bounds = [(0, 0), *starts, (len(tokens), len(lines))]
+    parts = [
+        ReplyPart(text[offsets[line] : offsets[end_line]], tokens[index:end], lines)
+        for (index, line), (end, end_line) in pairwise(bounds)
+    ]
+    settled = max((n for n, (_, line) in enumerate(starts, 1) if line < complete), default=0)
+    return parts, settled
+
+
 def settled_length(text: str, start: int = 0) -> int:
     """How much of the streaming ``text`` (from ``start``, a block boundary) is whole markdown
-    blocks that later text cannot change: those before the last top-level block that starts
-    on a complete line after a blank line (a paragraph, list or fence ends there for good)."""
-    tail = text[start:]
-    lines = tail.split("\n")
-    complete = len(lines) - 1  # the last line may still be growing
-    starts = [t.map[0] for t in _MD.parse(tail) if t.level == 0 and t.map and t.nesting >= 0]
-    for line in reversed(starts):
-        if 0 < line < complete and not lines[line - 1].strip():
-            return start + sum(len(s) + 1 for s in lines[:line])
-    return start
+    blocks that later text cannot change (see :func:`split_reply`)."""
+    parts, settled = split_reply(text[start:])
+    return start + sum(len(part.source) for part in parts[:settled])
 
 
 #: how a footer names the ends of a reply worth a word (a normal end says nothing)

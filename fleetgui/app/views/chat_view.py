@@ -275,6 +275,7 @@ class ChatView(QWidget):
         self.transcript.show_messages(self.current_id, messages, self.reply, colors())
 
     def render_tick(self) -> None:
-        """A render tick: only the growing reply is re-rendered."""
+        """A render tick: only the growing reply is re-rendered (what changed of it)."""
+        self._render_timer.stop()  # called directly: the tick the timer would make is done
         if self.reply is not None:
             self.transcript.update_reply(self.reply)
