@@ -25,6 +25,33 @@ def check_k(k: int) -> int:
 
 
 @dataclass
+class RecentAcceptance:
+    """Accepted and judged drafts of the last rounds (about ``AutoK.off_window`` judged): the
+    pooled acceptance that confirms the moving estimate before speculation goes off."""
+
+    rounds: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
+    accepted: int = 0
+    judged: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.judged if self.judged else 0.0
+
+    def add(self, accepted: int, judged: int, window: int) -> None:
+        """Count a round's drafts and drop the oldest rounds past ``window`` judged drafts."""
+        self.rounds.append((accepted, judged))
+        self.accepted += accepted
+        self.judged += judged
+        while self.judged - self.rounds[0][1] >= window:
+            old_accepted, old_judged = self.rounds.popleft()
+            self.accepted -= old_accepted
+            self.judged -= old_judged
+
+    def copy(self) -> RecentAcceptance:
+        return replace(self, rounds=collections.deque(self.rounds))
+
+
+@dataclass
 class AutoK:
     """Chooses K from the measured acceptance rate and the measured cost of a round.
 
@@ -77,9 +104,7 @@ class AutoK:
     _plain: float | None = None  # a plain decoding step's ms (EMA); None: none timed yet
     _off: bool = False  # speculation is off: plain steps until a probe
     _off_steps: int = 0  # plain steps since speculation went off
-    _recent: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
-    _recent_accepted: int = 0  # accepted drafts in _recent's rounds
-    _recent_judged: int = 0  # judged drafts in _recent's rounds
+    _recent: RecentAcceptance = field(default_factory=RecentAcceptance)
 
     @property
     def off(self) -> bool:
@@ -102,7 +127,7 @@ class AutoK:
             _timed=dict(self._timed),
             _verify=dict(self._verify),
             _last_timed=dict(self._last_timed),
-            _recent=collections.deque(self._recent),
+            _recent=self._recent.copy(),
             _off_steps=self.probe_after if self._off else 0,
         )
 
@@ -131,13 +156,7 @@ class AutoK:
         self.successes = (1 - s) * self.successes + s * accepted
         self.trials = (1 - s) * self.trials + s * judged
         s = self.smoothing
-        self._recent.append((accepted, judged))
-        self._recent_accepted += accepted
-        self._recent_judged += judged
-        while self._recent_judged - self._recent[0][1] >= self.off_window:
-            old_accepted, old_judged = self._recent.popleft()
-            self._recent_accepted -= old_accepted
-            self._recent_judged -= old_judged
+        self._recent.add(accepted, judged, self.off_window)
         if not timed:
             return
         if pass_ms is not None:
@@ -280,12 +299,12 @@ class AutoK:
         last ``off_window`` judged drafts (at least ``off_evidence``). The moving estimate
         alone, ~5 rounds long, read a draft accepted at 0.3 (14 % faster than plain in
         ``tests/test_auto_k.py``'s costs) as one at 0.04 often enough to turn it off."""
-        if self._recent_judged < self.off_evidence:
+        if self._recent.judged < self.off_evidence:
             return False
         plain_rate = 1 / self.plain_ms() / (1 + self.off_gain)
         if plain_rate <= best_rate:
             return False
-        pooled = min(max(self._recent_accepted / self._recent_judged, 0.01), cap)
+        pooled = min(max(self._recent.rate, 0.01), cap)
         return plain_rate > max(_rates(pooled, costs))
 
 
