@@ -21,6 +21,7 @@ from PySide6.QtGui import (
     QTextDocument,
     QTextFormat,
 )
+from test_app_chat_render import blocks
 
 from fleetgui.app.chat_format import continued_text, render_markdown
 from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
@@ -256,14 +257,6 @@ def test_a_code_block_still_open_gets_lines_added_then_its_box(qtbot: QtBot) -> 
     chat.append_delta(conversation.id, "```\n")
     chat.render_tick()
     assert len(document.rootFrame().childFrames()) == 1, "closed: the code gets its box"
-
-
-def blocks(document: QTextDocument) -> list[QTextBlock]:
-    found, block = [], document.begin()
-    while block.isValid():
-        found.append(block)
-        block = block.next()
-    return found
 
 
 def test_opening_a_long_conversation_shows_its_end(qtbot: QtBot) -> None:
