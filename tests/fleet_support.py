@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,3 +135,12 @@ def app_controller_config(home: Path) -> Any:
         known_workers_file=home / "known_workers.json",
         timings_file=home / "probe_timings.json",
     )
+
+
+def default_sigint() -> None:
+    """Give this process Python's own Ctrl+C handler again if an earlier test left SIGINT
+    ignored: an ignored SIGINT is inherited across exec, and a child Python then installs no
+    handler, so a Ctrl+C test's child would ignore the signal. Warns, to find that test."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        warnings.warn("SIGINT was ignored in the test process; restored", stacklevel=2)
+        signal.signal(signal.SIGINT, signal.default_int_handler)

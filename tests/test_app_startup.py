@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from fleet_support import default_sigint
 
 from fleetgui.display_check import display_problem, missing_libraries
 
@@ -92,6 +93,7 @@ def test_gui_without_a_display_fails_at_once(tmp_path: Path) -> None:
 def test_ctrl_c_ends_the_app_cleanly(tmp_path: Path) -> None:
     """SIGINT while the app waits in Qt's loop: it closes at once, no traceback, status 130."""
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "FLEETGUI_HOME": str(tmp_path / "home")}
+    default_sigint()
     process = subprocess.Popen(
         [sys.executable, "-m", "fleetgui", "--log-level", "debug", "gui"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

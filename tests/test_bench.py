@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from fleet_support import default_sigint
 from runtime_support import export
 
 from fleetgui.bench.netns import PREFIX
@@ -172,6 +173,7 @@ def test_ctrl_c_stops_the_bench_and_tears_everything_down(
 ) -> None:
     home, out = tmp_path / "home", tmp_path / "out"
     out.mkdir()
+    default_sigint()
     process = subprocess.Popen(
         _bench_command(tiny_target, out),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(home),
