@@ -208,7 +208,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
     if args.export is None:
-        from fleetgui.demo.session import export_real
+        from fleetgui.demo.models import export_real
 
         args.export = export_real()
     os.sched_setaffinity(0, {0})  # the coordinator's PC

@@ -21,7 +21,7 @@ from typing import Any
 
 from common import k_choice, print_figures
 
-from fleetgui.demo.session import DEMO_WEIGHTS
+from fleetgui.demo.models import DEMO_WEIGHTS
 from fleetgui.demo.spec import SIZES
 from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.pipeline import Pipeline
@@ -51,7 +51,7 @@ async def measure(pipe: Pipeline, k: int | None, speculative: bool, tokens: int)
 
 
 async def run(args: argparse.Namespace) -> None:
-    from fleetgui.demo.session import start_demo
+    from fleetgui.demo.models import start_demo
 
     demo = await start_demo(args.size, weights=args.weights)
     ks = args.ks.split(",")

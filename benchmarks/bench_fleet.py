@@ -54,7 +54,7 @@ from common import (
 )
 
 from fleetgui.bench.links import DelayRelays
-from fleetgui.demo.session import DEMO_WEIGHTS, DRAFT_WEIGHTS
+from fleetgui.demo.models import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
@@ -259,7 +259,7 @@ def part_b(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
 
 
 #: Part C's layouts: how many target stages the coordinator runs beside the draft, and a label.
-#: The demo runs none (``fleetgui.demo.session``): the draft and the generation loop already keep
+#: The demo runs none (``fleetgui.demo.models``): the draft and the generation loop already keep
 #: one PC busy, and with stage 0 beside them the coordinator's core was the bottleneck: 2 streams,
 #: K auto, 5 repeats: 406 vs 324 tok/s (per-thread CPU time on the coordinator per round of
 #: K = 3: the draft 3.2 ms, stage 0 1.3 ms, the loop 1.2 ms; the worker's core was 50 % idle).

@@ -43,7 +43,7 @@ CODE = (
 
 
 async def run(args: argparse.Namespace) -> None:
-    from fleetgui.demo.session import start_demo
+    from fleetgui.demo.models import start_demo
     from fleetgui.runtime.chat_prompt import ChatPrompter
     from fleetgui.runtime.loader import load_draft
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from common import bench_cache, paired, print_figures
 
-from fleetgui.demo.session import export_real
+from fleetgui.demo.models import export_real
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.local_worker import pinned

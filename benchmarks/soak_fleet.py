@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 from common import bench_cache
 
-from fleetgui.demo.session import export_real
+from fleetgui.demo.models import export_real
 from fleetgui.fleet.coordinator import FleetSession
 from fleetgui.fleet.link import LinkConfig
 from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker

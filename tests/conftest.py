@@ -61,8 +61,8 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_demo_export(smollm2_gguf: Path) -> Path:
     """The demo's export of SmolLM2 (2 int8 stages, verified), made once in the shard cache
-    by ``fleetgui.demo.session.export_real`` as ``fleetgui demo`` makes it (reused after)."""
-    from fleetgui.demo.session import export_real
+    by ``fleetgui.demo.models.export_real`` as ``fleetgui demo`` makes it (reused after)."""
+    from fleetgui.demo.models import export_real
 
     return export_real()
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QApplication
 from runtime_support import EXACT, export, perturbed_copy
 
 from fleetgui.app.application import install_asyncgen_finalizer
-from fleetgui.app.chat_session import ChatSession
+from fleetgui.app.chats import Chats
 from fleetgui.app.conversation import ASSISTANT, USER, SamplingSettings
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.deploy.local import LocalDeployer
@@ -118,7 +118,7 @@ def app(
     folder = tmp_path_factory.mktemp("app_home")
     core, window = make_window(folder)
     yield core, window, folder
-    core.session.stop_all()
+    core.chats.stop_all()
     window.close()
 
 
@@ -126,14 +126,14 @@ def new_chat(window: MainWindow, max_new_tokens: int = 24) -> str:
     window.chat.new_requested.emit()
     conversation = window.chat_presenter.current_conversation
     assert conversation is not None
-    window.core.session.set_sampling(conversation, SamplingSettings(max_new_tokens=max_new_tokens))
+    window.core.chats.set_sampling(conversation, SamplingSettings(max_new_tokens=max_new_tokens))
     window.chat_presenter.select_conversation(conversation)
     return conversation
 
 
 def send_and_wait(qtbot: QtBot, window: MainWindow, text: str) -> list[str]:
     """Type ``text`` in the chat and press Ctrl+Enter; returns the streamed reply's pieces."""
-    session = window.core.session
+    session = window.core.chats
     deltas: list[str] = []
 
     def collect(_: str, piece: str) -> None:
@@ -157,12 +157,12 @@ def test_without_a_model_the_chat_says_how_to_fix_it(
 ) -> None:
     core, window = make_window(tmp_path)
     qtbot.addWidget(window)
-    conversation = core.session.new_conversation()
-    with qtbot.waitSignal(core.session.reply_failed, timeout=TIMEOUT_MS) as failed:
-        core.session.send(conversation, "hello")
+    conversation = core.chats.new_conversation()
+    with qtbot.waitSignal(core.chats.reply_failed, timeout=TIMEOUT_MS) as failed:
+        core.chats.send(conversation, "hello")
     assert "Deploy" in failed.args[1]
     assert window.messages.isVisible() and "Deploy" in window.messages.label.text()
-    assert not core.session.is_busy(conversation)
+    assert not core.chats.is_busy(conversation)
 
 
 def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict) -> None:
@@ -178,7 +178,7 @@ def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict)
 
     conversation = new_chat(window)
     deltas = send_and_wait(qtbot, window, "Once upon a time")
-    messages = core.session.get(conversation).messages
+    messages = core.chats.get(conversation).messages
     assert [m.role for m in messages] == [USER, ASSISTANT]
     assert len(deltas) >= 2, "the reply should arrive in several pieces"
     assert "".join(deltas) == messages[-1].text != ""
@@ -193,10 +193,10 @@ def test_deploy_plan_and_a_streamed_reply(qtbot: QtBot, app: Any, exports: dict)
 def test_regenerate_replaces_the_reply(qtbot: QtBot, app: Any) -> None:
     core, window, _ = app
     conversation = window.chat_presenter.current_conversation
-    before = list(core.session.get(conversation).messages)
-    with qtbot.waitSignal(core.session.reply_finished, timeout=TIMEOUT_MS):
+    before = list(core.chats.get(conversation).messages)
+    with qtbot.waitSignal(core.chats.reply_finished, timeout=TIMEOUT_MS):
         window.chat.regenerate_button.click()
-    after = core.session.get(conversation).messages
+    after = core.chats.get(conversation).messages
     assert len(after) == len(before)
     assert after[-1].text == before[-1].text  # greedy: the same reply again
     assert after[-1].created > before[-1].created
@@ -205,7 +205,7 @@ def test_regenerate_replaces_the_reply(qtbot: QtBot, app: Any) -> None:
 def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     core, window, _ = app
     conversation = new_chat(window, max_new_tokens=4000)
-    session = core.session
+    session = core.chats
     window.chat.input.setPlainText("Tell me a long story")
     with qtbot.waitSignal(session.reply_delta, timeout=TIMEOUT_MS):
         window.chat.send_button.click()
@@ -244,8 +244,8 @@ def test_settings_live_in_the_platform_config_folder_and_survive_a_restart(
 
 def test_history_is_restored_by_a_new_store(app: Any) -> None:
     core, _, folder = app
-    restored = ChatSession(core.inference, HistoryStore(folder / "chats"))
-    old = {c.id: c for c in core.session.conversations()}
+    restored = Chats(core.inference, HistoryStore(folder / "chats"))
+    old = {c.id: c for c in core.chats.conversations()}
     new = {c.id: c for c in restored.conversations()}
     assert new.keys() == old.keys() and len(new) >= 2
     for cid, conversation in old.items():
@@ -321,7 +321,7 @@ def test_two_conversations_reply_at_once_each_with_its_own_sampling(qtbot: QtBot
     window.mode_panel.k_auto.setChecked(False)
     window.mode_panel.k.setValue(3)
     assert core.inference.mode.concurrency == 2
-    session, inference = core.session, core.inference
+    session, inference = core.chats, core.inference
     greedy = session.new_conversation(SamplingSettings(max_new_tokens=24))
     sampled = session.new_conversation(
         SamplingSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=24)

@@ -79,7 +79,7 @@ def test_the_switch_serves_the_model_while_the_chat_generates(
                 spans["api"].append(time.perf_counter())
                 api_text.append(chunk.choices[0].delta.content)
 
-    session = core.session
+    session = core.chats
     conversation = session.new_conversation(SamplingSettings(max_new_tokens=40))
     thread = threading.Thread(target=api_client)
     thread.start()

@@ -122,7 +122,7 @@ def test_the_dashboard_benchmarks_the_fleet_and_shows_the_plot_and_the_table(
         if step.what and step.done == 1 and not replied_at:  # mid-run: a message is sent
             assert not window.chat.hold_note.isHidden()
             conversation = new_chat(window, max_new_tokens=8)
-            assert core.session.send(conversation, "Once upon a time")
+            assert core.chats.send(conversation, "Once upon a time")
 
     def reply_started(_: int) -> None:
         replied_at.append(steps[-1] if steps else None)
@@ -134,7 +134,7 @@ def test_the_dashboard_benchmarks_the_fleet_and_shows_the_plot_and_the_table(
 
     core.bench.progress.connect(chat_while_measuring)
     core.inference.started.connect(reply_started)
-    core.session.reply_finished.connect(reply_finished)
+    core.chats.reply_finished.connect(reply_finished)
     try:
         with qtbot.waitSignal(core.bench.finished, timeout=TIMEOUT_MS) as done:
             start_bench(window, tmp_path / "bench")
@@ -143,7 +143,7 @@ def test_the_dashboard_benchmarks_the_fleet_and_shows_the_plot_and_the_table(
         core.bench.progress.disconnect(steps.append)
         core.bench.progress.disconnect(chat_while_measuring)
         core.inference.started.disconnect(reply_started)
-        core.session.reply_finished.disconnect(reply_finished)
+        core.chats.reply_finished.disconnect(reply_finished)
     report = done.args[0]
 
     # every configuration, with a positive rate; the progress named each with the count

@@ -64,9 +64,9 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     chat.input.setPlainText("hello there")
     chat.input.setFocus()
     # no model is deployed: the reply fails, saying how to fix it, but the message is kept
-    with qtbot.waitSignal(core.session.reply_failed, timeout=TIMEOUT_MS):
+    with qtbot.waitSignal(core.chats.reply_failed, timeout=TIMEOUT_MS):
         qtbot.keyClick(chat.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    conversations = core.session.conversations()
+    conversations = core.chats.conversations()
     assert len(conversations) == 1
     started = conversations[0]
     assert window.chat_presenter.current_conversation == chat.current_id == started.id
@@ -83,7 +83,7 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     chat.new_requested.emit()
     shown = window.chat_presenter.current_conversation
     assert shown is not None
-    assert core.session.get(shown).sampling.max_new_tokens == 100
+    assert core.chats.get(shown).sampling.max_new_tokens == 100
 
 
 def test_a_replys_leading_indentation_shows_as_saved(qtbot: QtBot, tmp_path: Path) -> None:

@@ -198,14 +198,14 @@ def test_two_chats_are_charted_under_their_titles_at_their_real_rate(
 
     rates: list[float] = []
     core.inference.finished.connect(lambda _, result: rates.append(result.tokens_per_s))
-    core.session.reply_delta.connect(slow_gui)
+    core.chats.reply_delta.connect(slow_gui)
     titles = []
     for text in ("Once upon a time", "The quick brown fox"):
-        conversation = core.session.new_conversation(SamplingSettings(max_new_tokens=80))
-        with qtbot.waitSignal(core.session.reply_finished, timeout=TIMEOUT_MS):
-            assert core.session.send(conversation, text)
-        titles.append(core.session.get(conversation).title)
-    core.session.reply_delta.disconnect(slow_gui)
+        conversation = core.chats.new_conversation(SamplingSettings(max_new_tokens=80))
+        with qtbot.waitSignal(core.chats.reply_finished, timeout=TIMEOUT_MS):
+            assert core.chats.send(conversation, text)
+        titles.append(core.chats.get(conversation).title)
+    core.chats.reply_delta.disconnect(slow_gui)
     names = [s.name for s in core.feed.store.series(TOKENS_PER_S)]
     assert sorted(names) == sorted([*titles, AGGREGATE])  # no "stream 2"
     real = max(rates)

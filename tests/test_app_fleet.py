@@ -211,7 +211,7 @@ def app(
     core.inference.submit_chat = spy  # type: ignore[method-assign]
     drive(core.fleet_actions.start())
     yield state
-    core.session.stop_all()
+    core.chats.stop_all()
     drive(core.inference.unload())
     drive(core.fleet_actions.close())
     window.close()
@@ -445,7 +445,7 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     prompt = app.results[-1].prompt  # the chat as rendered for the model
     result = app.results[-1]
     assert result.token_ids == reference_tokens(exports["3s"], prompt, options)
-    assert "".join(deltas) == app.core.session.get(conversation).messages[-1].text != ""
+    assert "".join(deltas) == app.core.chats.get(conversation).messages[-1].text != ""
 
 
 def test_switch_to_pp_sd_with_k_redeploy_and_the_charts_follow(
@@ -490,12 +490,12 @@ def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
         if pieces == 2:
             workers[victim].kill()
 
-    app.core.session.reply_delta.connect(kill_on_second_piece)
+    app.core.chats.reply_delta.connect(kill_on_second_piece)
     try:
         new_chat(app.window, max_new_tokens=40)
         send_and_wait(qtbot, app.window, "Once upon a time")
     finally:
-        app.core.session.reply_delta.disconnect(kill_on_second_piece)
+        app.core.chats.reply_delta.disconnect(kill_on_second_piece)
     assert pieces > 2, "the reply went on after the kill"
     _, options = app.requests[-1]
     prompt = app.results[-1].prompt  # the chat as rendered for the model

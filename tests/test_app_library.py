@@ -245,7 +245,7 @@ def test_an_ollama_model_used_on_the_fleet_is_exported_previewed_deployed_and_an
             row = row_of(window, "tiny:latest")
             assert view.table.item(row, EXPORT).text() == export.name
         finally:
-            core.session.stop_all()
+            core.chats.stop_all()
             drive(core.inference.unload())
             drive(core.fleet_actions.close())
             window.close()

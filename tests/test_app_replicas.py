@@ -158,7 +158,7 @@ def test_two_chats_at_once_are_answered_one_on_each_copy(
     tiny_export: Path,
 ) -> None:
     copies = copies_of(app)
-    session = app.core.session
+    session = app.core.chats
     chats = [new_chat(app.window, max_new_tokens=24) for _ in range(2)]
     shown: set[str] = set()
     finished: list[str] = []
@@ -206,18 +206,18 @@ def test_a_copy_killed_mid_reply_is_replayed_with_the_same_text(
             killed.append(serving[0])
             workers[serving[0]].kill()
 
-    app.core.session.reply_delta.connect(kill_on_second_piece)
+    app.core.chats.reply_delta.connect(kill_on_second_piece)
     try:
         conversation = new_chat(app.window, max_new_tokens=40)
         deltas = send_and_wait(qtbot, app.window, "The old lighthouse keeper")
     finally:
-        app.core.session.reply_delta.disconnect(kill_on_second_piece)
+        app.core.chats.reply_delta.disconnect(kill_on_second_piece)
     assert killed and pieces > 2, "the reply went on after the kill"
     _, options = app.requests[-1]
     result = app.results[-1]
     assert result.token_ids == reference_tokens(tiny_export, result.prompt, options)
     # nothing sent twice, nothing missing
-    assert "".join(deltas) == app.core.session.get(conversation).messages[-1].text == result.text
+    assert "".join(deltas) == app.core.chats.get(conversation).messages[-1].text == result.text
     assert copies.replays == 1 and [r.name for r in copies.replicas if r.failed] == killed
     qtbot.waitUntil(lambda: status_of(app.window, killed[0]).startswith("lost"))
     assert f"{killed[0]} lost" in app.window.dashboard.replicas.text()

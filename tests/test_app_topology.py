@@ -243,7 +243,7 @@ def fleet_app(
     for worker in workers.values():
         drive(core.fleet_actions.add_worker(worker.address))
     yield core, window, controller
-    core.session.stop_all()
+    core.chats.stop_all()
     drive(core.inference.unload())
     drive(core.fleet_actions.close())
     window.close()
@@ -303,12 +303,12 @@ def test_the_picture_shows_every_pc_with_its_layers_and_a_failover(
         if pieces == 10:
             workers["w2"].kill()
 
-    core.session.reply_delta.connect(kill_on_tenth_piece)
+    core.chats.reply_delta.connect(kill_on_tenth_piece)
     try:
         new_chat(window, max_new_tokens=40)
         send_and_wait(qtbot, window, "Once upon a time")
     finally:
-        core.session.reply_delta.disconnect(kill_on_tenth_piece)
+        core.chats.reply_delta.disconnect(kill_on_tenth_piece)
     assert pieces > 10, "the reply went on after the kill"
     assert deployer.session.failovers == ["w2"]
     taker = next((m.name for m in deployer.session.assignment.members if 2 in m.indices), here)

@@ -15,8 +15,8 @@ import pytest
 from cli_support import run_cli
 from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
 
+from fleetgui.demo.models import REAL_DRAFT_WEIGHTS
 from fleetgui.demo.progress import BuildProgress
-from fleetgui.demo.session import REAL_DRAFT_WEIGHTS
 from fleetgui.demo.smollm2_draft import (
     MARKER,
     DraftBuildError,

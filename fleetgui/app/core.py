@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject
 
 from fleetgui.app.api_service import ApiService
-from fleetgui.app.chat_session import ChatSession
+from fleetgui.app.chats import Chats
 from fleetgui.app.deploy.controller import DeploymentController
 from fleetgui.app.deploy.interfaces import Deployer, DeviceSource
 from fleetgui.app.deploy.local import LocalDeployer, LocalDeviceSource
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class AppCore:
     settings: Settings
     inference: InferenceService
-    session: ChatSession
+    chats: Chats  # the conversations and their replies
     feed: MetricsFeed
     fleet: FleetModel
     deployment: DeploymentController
@@ -70,9 +70,9 @@ class AppCore:
 
     def name_stream(self, request: int, stream: int) -> None:
         """A chat reply's stream is charted under its conversation's title."""
-        conversation = self.session.conversation_of(request)
+        conversation = self.chats.conversation_of(request)
         if conversation is not None:
-            self.feed.name_stream(stream, conversation, self.session.get(conversation).title)
+            self.feed.name_stream(stream, conversation, self.chats.get(conversation).title)
 
 
 def build_core(
@@ -93,7 +93,7 @@ def build_core(
     settings = Settings(settings_path, parent)
     inference = InferenceService(parent)
     inference.set_mode(settings.values.mode_settings())
-    session = ChatSession(inference, HistoryStore(history_dir), parent)
+    chats = Chats(inference, HistoryStore(history_dir), parent)
     feed = MetricsFeed(parent)
     fleet = FleetModel(parent) if fleet is None else fleet
     fleet.set_coordinator(coordinator_info())
@@ -110,7 +110,7 @@ def build_core(
     return AppCore(
         settings,
         inference,
-        session,
+        chats,
         feed,
         fleet,
         deployment,

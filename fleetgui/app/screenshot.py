@@ -71,7 +71,7 @@ async def _deploy(core: AppCore, request: ScreenshotRequest) -> None:
 
 
 async def _chat(core: AppCore, window: MainWindow, request: ScreenshotRequest) -> None:
-    session = core.session
+    session = core.chats
     for prompt in request.prompts:
         conversation = session.new_conversation()
         sampling = session.get(conversation).sampling

@@ -69,7 +69,7 @@ def prepare_target(options: BenchOptions) -> Target:
         if baseline is None and not options.no_baseline:
             notes.append("no monolithic baseline: give one with --baseline MONOLITHIC_EXPORT")
     else:
-        from fleetgui.demo.session import REAL_WEIGHTS, export_real
+        from fleetgui.demo.models import REAL_WEIGHTS, export_real
 
         export_dir = export_real()
         baseline = options.baseline

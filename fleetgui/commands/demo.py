@@ -129,8 +129,8 @@ def _options(args: argparse.Namespace) -> Any:
 
 async def _headless(args: argparse.Namespace) -> int:
     from fleetgui.commands.generate import result_record
+    from fleetgui.demo.models import start_demo
     from fleetgui.demo.progress import CliProgress
-    from fleetgui.demo.session import start_demo
 
     bar = CliProgress()
     try:
@@ -210,8 +210,8 @@ async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> 
 def _with_app(args: argparse.Namespace) -> int:
     from fleetgui import paths
     from fleetgui.commands import gui
+    from fleetgui.demo.models import WORKERS, prepare_models
     from fleetgui.demo.progress import CliProgress
-    from fleetgui.demo.session import WORKERS, prepare_models
     from fleetgui.fleet.local_fleet import LocalFleet
 
     bar = CliProgress()

@@ -112,7 +112,7 @@ def _real_draft(args: argparse.Namespace, bar: ProgressCallback) -> int:
     """Build (or reuse) SmolLM2's draft and export it as ``fleetgui demo --draft model`` does."""
     import json
 
-    from fleetgui.demo.session import REAL_DRAFT_WEIGHTS, export_real_draft
+    from fleetgui.demo.models import REAL_DRAFT_WEIGHTS, export_real_draft
     from fleetgui.demo.smollm2_draft import MARKER, build_smollm2_draft
 
     built = build_smollm2_draft(args.out, progress=bar, force=args.force)

@@ -15,14 +15,14 @@ DEMO_PARAMETERS = 134_515_008
 
 
 def demo_export_dir(exports: Path | None = None) -> Path:
-    from fleetgui.demo.session import real_export_dir
+    from fleetgui.demo.models import real_export_dir
 
     return real_export_dir(root=exports)
 
 
 def demo_entry(exports: Path | None = None) -> ModelEntry:
     """The demo model's row: what using it will fetch or export, or that it is ready."""
-    from fleetgui.demo.session import REAL_NAME, REAL_WEIGHTS
+    from fleetgui.demo.models import REAL_NAME, REAL_WEIGHTS
     from fleetgui.demo.smollm2 import cached_smollm2, smollm2_folder
 
     export = demo_export_dir(exports)

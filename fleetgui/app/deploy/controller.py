@@ -240,7 +240,7 @@ class DeploymentController(QObject):
         await self._plan_job(mode, layered)
 
     async def _demo_job(self, mode: ModeSettings) -> None:
-        from fleetgui.demo.session import REAL_WEIGHTS, real_export_dir
+        from fleetgui.demo.models import REAL_WEIGHTS, real_export_dir
         from fleetgui.demo.smollm2 import fetch_smollm2
 
         target = real_export_dir(REAL_WEIGHTS, self.export_root)

@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         core.api.rate_changed.connect(self.dashboard.api.show_rate)
         self._connect_bench()
         # chat
-        self.chat_presenter = ChatPresenter(core.session, self.chat, self.messages, self)
+        self.chat_presenter = ChatPresenter(core.chats, self.chat, self.messages, self)
         # theme: light or dark, following the system while the window is open
         self.theme = ThemeWatcher(self)
         self.theme.changed.connect(self._apply_theme)
@@ -240,6 +240,6 @@ class MainWindow(QMainWindow):
         self._refresh_fleet()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
-        self.core.session.stop_all()
+        self.core.chats.stop_all()
         self.deploy_presenter.close()
         super().closeEvent(event)

@@ -1,4 +1,4 @@
-"""``ChatSession``: the conversations, their replies as they stream, and their history on disk.
+"""``Chats``: the conversations, their replies as they stream, and their history on disk.
 
 Each conversation generates at most one reply at a time (its own stream); several conversations
 can generate at once. Every change that matters is saved at once (the user's message before the
@@ -43,7 +43,7 @@ class _Reply:
     mode: str = ""
 
 
-class ChatSession(QObject):
+class Chats(QObject):
     """Several conversations, each streaming replies from the ``InferenceService``."""
 
     conversations_changed = Signal()  # added, removed or renamed
