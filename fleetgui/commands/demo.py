@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where drafts come from: ngram (prompt lookup, no draft model; the real model's "
         "default) or model (the toy pair's draft; for the real model, a draft distilled from "
-        "it on this PC, about 11 minutes once)",
+        "it on this PC, under an hour once)",
     )
     parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
     parser.add_argument(

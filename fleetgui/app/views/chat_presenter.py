@@ -23,9 +23,7 @@ log = logging.getLogger(__name__)
 class ChatPresenter(QObject):
     """The chat view and the chats, kept in step; ``current_conversation`` is the one shown."""
 
-    def __init__(
-        self, chats: Chats, view: ChatView, messages: MessageBar, parent: QObject
-    ) -> None:
+    def __init__(self, chats: Chats, view: ChatView, messages: MessageBar, parent: QObject) -> None:
         super().__init__(parent)
         self.chats = chats
         self.view = view
