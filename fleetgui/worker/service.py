@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import signal
 import socket
 import sys
@@ -47,17 +48,41 @@ class ServiceConfig:
     exit_with: int | None = None  # stop when this process (the one that started us) is gone
 
 
+#: Where the kernel picks a connection's local port (Linux's file; IANA's range elsewhere).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def _both_free(host: str, port: int) -> bool:
+    with socket.socket() as first, socket.socket() as second:
+        try:
+            first.bind((host, port))
+            second.bind((host, port + INFO_PORT_OFFSET))
+        except OSError:
+            return False
+    return True
+
+
 def free_port_pair(host: str = "127.0.0.1", attempts: int = 50) -> int:
-    """A port ``p`` such that ``p`` and ``p + 1`` were both free a moment ago."""
+    """A port ``p`` such that ``p`` and ``p + 1`` were both free a moment ago, chosen below the
+    kernel's ephemeral range: a worker restarted on its port (after a crash, or a test's kill)
+    must find it free, and inside that range any connection's local end may hold it."""
+    top = _ephemeral_start() - 1 - INFO_PORT_OFFSET
     for _ in range(attempts):
-        with socket.socket() as first:
-            first.bind((host, 0))
-            port = first.getsockname()[1]
-            with socket.socket() as second:
-                try:
-                    second.bind((host, port + INFO_PORT_OFFSET))
-                except OSError:
-                    continue
+        port = random.randint(max(1024, top - 12_000), top)
+        if _both_free(host, port):
+            return port
+    for _ in range(attempts):  # a crowded low range: any free pair will do
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        if _both_free(host, port):
             return int(port)
     raise FleetguiError(f"no two consecutive free ports on {host}: give --listen HOST:PORT")
 
