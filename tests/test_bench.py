@@ -216,6 +216,9 @@ def test_ctrl_c_stops_the_bench_and_tears_everything_down(
         (["--baseline", "{target}"], "give a monolithic one"),
         (["--draft", "{missing}"], "is not a folder"),
         (["{mono}"], "is a monolithic export; benchmark a stage export"),
+        (["--modes", "pp,sd"], "each mode must be one of"),
+        (["--no-ngram"], "give one with --draft DIR"),
+        (["--draft", "{target}", "--no-ngram", "--modes", "pp"], "no speculative mode"),
     ],
 )
 def test_a_bad_flag_is_one_clear_error_before_any_work(

@@ -12,6 +12,7 @@ from fleetgui.bench.fleet import plan_cores
 from fleetgui.bench.measure import RunFigures
 from fleetgui.bench.netem_links import netem_args
 from fleetgui.bench.netns import Shape
+from fleetgui.bench.options import DEFAULT_MODES
 from fleetgui.bench.packet_hub import Hub, Node, Shaping
 from fleetgui.bench.results import Results
 from fleetgui.bench.sweep import delay_order, rotated
@@ -42,6 +43,23 @@ def test_without_a_second_worker_there_is_no_hub_to_compare() -> None:
     configurations = build_configurations(["ngram"], baseline=False, hub_delay=None)
     assert all(c.topology == "ring" for c in configurations)
     assert all(c.mode != Mode.MONOLITHIC for c in configurations)
+
+
+def test_modes_keep_only_what_was_asked_for() -> None:
+    """``--modes pp,pp+sd,hub``: the K comparison and the hub, nothing else; the draft flags
+    decide the drafters (``--no-ngram`` leaves n-gram out beside a draft model)."""
+    from fleetgui.bench.options import modes
+
+    configurations = build_configurations(
+        ["draft"], baseline=True, hub_delay=100.0, kinds=modes("pp,pp+sd,hub")
+    )
+    keys = [c.key for c in configurations]
+    assert keys == ["pp", *(f"pp+sd/k{k}/draft" for k in (1, 3, 5, 7, 10, "auto")), "pp/hub"]
+    assert full_stack(configurations) is None
+    everything = build_configurations(["draft"], baseline=True, hub_delay=100.0)
+    assert everything == build_configurations(
+        ["draft"], baseline=True, hub_delay=100.0, kinds=modes(DEFAULT_MODES)
+    )
 
 
 def _run(rate: float, **kw: float) -> RunFigures:

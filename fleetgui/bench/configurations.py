@@ -7,7 +7,7 @@ over a hub instead of the ring at one delay. Pure data: no OpenVINO, no sockets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -26,6 +26,8 @@ class Mode(StrEnum):
 
 
 K_VALUES: tuple[int | None, ...] = (1, 3, 5, 7, 10, None)  # None: K auto
+#: What ``--modes`` names: a mode, or ``hub`` for PP over a hub (the ring's comparison).
+KINDS: tuple[str, ...] = (*(m.value for m in Mode), "hub")
 MB_STREAMS: tuple[int, ...] = (2, 3)
 TTFT_LENGTHS: tuple[int, ...] = (16, 128, 512)
 
@@ -88,6 +90,11 @@ class Configuration:
                 return f"TTFT, {self.prompt_tokens}-token prompt"
         raise AssertionError(self.mode)
 
+    @property
+    def kind(self) -> str:
+        """What ``--modes`` calls it: its mode, or ``hub`` for PP over a hub."""
+        return "hub" if self.topology is Topology.HUB else self.mode.value
+
     def runs_at(self, delay_ms: float) -> bool:
         return self.per_delay and (self.at_delay is None or self.at_delay == delay_ms)
 
@@ -104,10 +111,12 @@ def build_configurations(
     ks: Sequence[int | None] = K_VALUES,
     mb_streams: Sequence[int] = MB_STREAMS,
     ttft_lengths: Sequence[int] = TTFT_LENGTHS,
+    kinds: Collection[str] = KINDS,
 ) -> list[Configuration]:
     """Every configuration of a run, in a fixed order. ``drafts``: drafter labels, the given
     one first (the full stack uses it); ``hub_delay``: where PP over a hub is compared with the
-    ring (None: not compared, e.g. a fleet of one worker, where the two are the same)."""
+    ring (None: not compared, e.g. a fleet of one worker, where the two are the same);
+    ``kinds``: the :data:`KINDS` to measure (the rest left out)."""
     if not drafts:
         raise ValueError("a benchmark needs at least one drafter")
     out: list[Configuration] = []
@@ -120,7 +129,7 @@ def build_configurations(
     out += [Configuration(Mode.TTFT, prompt_tokens=n) for n in ttft_lengths]
     if hub_delay is not None:
         out.append(Configuration(Mode.PP, topology=Topology.HUB, at_delay=hub_delay))
-    return out
+    return [c for c in out if c.kind in kinds]
 
 
 def full_stack(configurations: Sequence[Configuration]) -> Configuration | None:

@@ -8,12 +8,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetgui.bench.configurations import KINDS
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, parse_draft
 
 DEFAULT_DELAYS = "0,25,50,100"
 DEFAULT_KS = "1,3,5,7,10,auto"
 DEFAULT_WORKERS = 2
+DEFAULT_MODES = ",".join(KINDS)
 MAX_DELAY_MS = 10_000.0
 MAX_LOCAL_WORKERS = 16
 MAX_TOKENS = 4096
@@ -32,6 +34,8 @@ class BenchOptions:
     repeats: int
     delays: tuple[float, ...]
     ks: tuple[int | None, ...]
+    modes: tuple[str, ...]  # the configurations' kinds to measure (configurations.KINDS)
+    no_ngram: bool  # with a draft model: leave out the n-gram drafts beside it
     json_out: Path | None
     plot_out: Path | None
     markdown_out: Path | None
@@ -52,8 +56,14 @@ class BenchOptions:
 
     @property
     def drafts(self) -> list[DraftSource]:
-        """The given drafter, then n-gram (the paper's tables compare both) unless given."""
-        return [self.draft] if self.draft == NGRAM else [self.draft, NGRAM]
+        """The given drafter, then n-gram (the paper's tables compare both) unless given or
+        left out (``--no-ngram``)."""
+        return [self.draft] if self.draft == NGRAM or self.no_ngram else [self.draft, NGRAM]
+
+    @property
+    def skip_baseline(self) -> bool:
+        """Whether no monolithic baseline runs (none is made): asked, or not among the modes."""
+        return self.no_baseline or "monolithic" not in self.modes
 
 
 def positive_int(text: str) -> int:
@@ -99,6 +109,20 @@ def ks(text: str) -> tuple[int | None, ...]:
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"a K is listed twice: {text}")
     return tuple(values)
+
+
+def modes(text: str) -> tuple[str, ...]:
+    """``--modes``: what to measure, comma-separated, e.g. ``pp,pp+sd``
+    (:data:`~fleetgui.bench.configurations.KINDS`)."""
+    values = tuple(p.strip().lower() for p in text.split(","))
+    for value in values:
+        if value not in KINDS:
+            raise argparse.ArgumentTypeError(
+                f"each mode must be one of {', '.join(KINDS)}; not {value!r}"
+            )
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a mode is listed twice: {text}")
+    return values
 
 
 def workers(text: str) -> int | tuple[tuple[str, int], ...]:
@@ -173,6 +197,8 @@ def from_args(args: argparse.Namespace) -> BenchOptions:
         repeats=args.repeats,
         delays=args.delays or ((0.0,) if remote else delays(DEFAULT_DELAYS)),
         ks=args.ks,
+        modes=args.modes,
+        no_ngram=args.no_ngram,
         json_out=args.json,
         plot_out=args.plot,
         markdown_out=args.markdown,
@@ -195,8 +221,7 @@ def check(options: BenchOptions) -> None:
         )
     if options.export_dir is not None:
         _export(options.export_dir, "EXPORT_DIR", "stages")
-    if options.draft != NGRAM:
-        _export(Path(options.draft), "--draft", "any")
+    _check_drafts(options)
     if options.baseline is not None:
         if options.no_baseline:
             raise FleetguiError("--baseline and --no-baseline contradict each other")
@@ -222,3 +247,14 @@ def check(options: BenchOptions) -> None:
             raise FleetguiError("--rate and --loss shape local workers' links; leave them out")
     if options.network == "proxy" and (options.rate_mbit or options.loss_pct):
         raise FleetguiError("the delay relay (--network proxy) models no --rate or --loss")
+
+
+def _check_drafts(options: BenchOptions) -> None:
+    if options.draft != NGRAM:
+        _export(Path(options.draft), "--draft", "any")
+    elif options.no_ngram:
+        raise FleetguiError(
+            "--no-ngram leaves out n-gram drafts beside a draft model: give one with --draft DIR"
+        )
+    if options.no_ngram and not {"pp+sd", "pp+sd+mb"} & set(options.modes):
+        raise FleetguiError("--no-ngram: no speculative mode (pp+sd, pp+sd+mb) in --modes")

@@ -65,15 +65,15 @@ def prepare_target(options: BenchOptions) -> Target:
     drafts = {_label(d): d for d in options.drafts}
     if options.export_dir is not None:
         export_dir = options.export_dir
-        baseline = options.baseline
-        if baseline is None and not options.no_baseline:
+        baseline = None if options.skip_baseline else options.baseline
+        if baseline is None and not options.skip_baseline:
             notes.append("no monolithic baseline: give one with --baseline MONOLITHIC_EXPORT")
     else:
         from fleetgui.demo.models import REAL_WEIGHTS, export_real
 
         export_dir = export_real()
-        baseline = options.baseline
-        if baseline is None and not options.no_baseline:
+        baseline = None if options.skip_baseline else options.baseline
+        if baseline is None and not options.skip_baseline:
             baseline = _demo_baseline(REAL_WEIGHTS, notes)
     if baseline is not None and (too_big := fits(baseline)) is not None:
         notes.append(f"no monolithic baseline: {too_big}")
@@ -116,6 +116,7 @@ def plan_configurations(
         hub_delay=hub_delay,
         ks=options.ks,
         ttft_lengths=lengths,
+        kinds=options.modes,
     )
     return configurations, notes
 

@@ -77,6 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K,...",
         help=f"PP+SD's Ks to compare (default {flags.DEFAULT_KS})",
     )
+    parser.add_argument(
+        "--modes",
+        type=flags.modes,
+        default=flags.modes(flags.DEFAULT_MODES),
+        metavar="MODE,...",
+        help=f"what to measure (default all: {flags.DEFAULT_MODES}); e.g. pp,pp+sd to choose K",
+    )
+    parser.add_argument(
+        "--no-ngram",
+        action="store_true",
+        help="with --draft DIR, leave out the n-gram drafts measured beside it",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT.json", help="write every figure")
     parser.add_argument("--plot", type=Path, metavar="OUT.png", help="draw the figures")
     parser.add_argument("--markdown", type=Path, metavar="OUT.md", help="write the table")
