@@ -97,11 +97,10 @@ def smollm2_references(smollm2_gguf: Path) -> dict[str, list[int]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from fleetgui.export.sources import resolve_model
+    from fleetgui.export.transformers_gguf import load_gguf_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(smollm2_gguf))
-    model = AutoModelForCausalLM.from_pretrained(
-        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
-    ).eval()
+    model = load_gguf_model(AutoModelForCausalLM, smollm2_gguf, dtype=torch.float32)
     out: dict[str, list[int]] = {}
     with torch.no_grad():
         for prompt in SMOLLM2_PROMPTS:

@@ -82,6 +82,39 @@ def test_a_gguf_export_is_exact_against_transformers_loading_the_same_file(
     assert template["chat_template"] == CHATML
 
 
+def test_transformers_loads_a_gguf_with_each_tensor_name_map_built_once(tiny_gguf: Path) -> None:
+    """``load_gguf_model`` gives transformers' own GGUF loading's weights, and gguf-py builds its
+    tensor name map once per load, not once per module (8.5 of 21.3 s for SmolLM2)."""
+    import gguf
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from fleetgui.export.transformers_gguf import load_gguf_model, share_tensor_name_maps
+
+    plain = AutoModelForCausalLM.from_pretrained(
+        str(tiny_gguf.parent), gguf_file=tiny_gguf.name, dtype=torch.float32
+    )
+    built = []
+    original = gguf.get_tensor_name_map
+
+    def counting(arch: object, n_blocks: int) -> object:
+        built.append((arch, n_blocks))
+        return original(arch, n_blocks)  # type: ignore[arg-type]
+
+    gguf.get_tensor_name_map = counting  # type: ignore[assignment]
+    try:
+        model = load_gguf_model(AutoModelForCausalLM, tiny_gguf, dtype=torch.float32)
+        share_tensor_name_maps()  # idempotent: the shared one stays
+        load_gguf_model(AutoModelForCausalLM, tiny_gguf, dtype=torch.float32)
+    finally:
+        gguf.get_tensor_name_map = original
+    assert len(built) == 1 and len(list(model.modules())) > 10
+    assert not model.training
+    state = plain.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+
+
 def test_a_stage_reads_only_its_own_tensors(view: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fleetgui.export.stage_module import build_stage_module
 

@@ -106,13 +106,14 @@ def test_two_worker_processes_give_the_same_text(
         "--max-new-tokens", "48", "--precision", "f32", "--json",
     )  # fmt: skip
     local = _records(in_process)
-    for mode in MODES[:2]:
-        run = run_cli(
-            root / "fleet-home", "generate", str(exports[2]), "--prompt", PROMPTS[0],
-            "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *mode, *common,
-        )  # fmt: skip
-        (record,) = _records(run)
-        assert record["token_ids"] == references[PROMPTS[0]], mode
+    # PP+SD on the workers gives transformers' tokens; plain PP there (the chat) the text of
+    # the same export run in one process
+    run = run_cli(
+        root / "fleet-home", "generate", str(exports[2]), "--prompt", PROMPTS[0],
+        "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *MODES[1], *common,
+    )  # fmt: skip
+    (record,) = _records(run)
+    assert record["token_ids"] == references[PROMPTS[0]]
     chat = run_cli(
         root / "fleet-home", "generate", str(exports[2]), "--chat", "--prompt", QUESTION,
         "--max-new-tokens", "48", "--precision", "f32", "--json", *common,

@@ -43,25 +43,16 @@ def load_target(gguf: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase, 
     import torch
 
     from fleetgui.export.sources import resolve_model
+    from fleetgui.export.transformers_gguf import load_gguf_model
     from fleetgui.torch_env import hide_torchvision
 
     hide_torchvision()
     from transformers import AutoTokenizer, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
 
     view = resolve_model(gguf)
     # the GGUF tokenizer transformers builds is wrong for this file; the view's is checked
     tokenizer = AutoTokenizer.from_pretrained(str(view))
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model = LlamaForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-        )
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    model.eval()
+    model = load_gguf_model(LlamaForCausalLM, gguf, dtype=torch.float32)
     return model, tokenizer, view
 
 

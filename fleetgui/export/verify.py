@@ -172,13 +172,13 @@ def _load_hf_fp32(reference_dir: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
     from fleetgui.export.gguf_source import is_gguf_view, read_view
+    from fleetgui.export.transformers_gguf import load_gguf_model
 
     if is_gguf_view(reference_dir):
         gguf = Path(read_view(reference_dir)["gguf"])
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+        return load_gguf_model(
+            AutoModelForCausalLM, gguf, dtype=torch.float32, attn_implementation="eager"
         )
-        return model.eval()
     model = AutoModelForCausalLM.from_pretrained(
         reference_dir, dtype=torch.float32, attn_implementation="eager"
     )
