@@ -43,13 +43,13 @@ def identity(root: Path) -> KeyPair:
     return coordinator_identity(root / "coordinator")
 
 
-@pytest.fixture
-def workers(
-    root: Path, identity: KeyPair, request: pytest.FixtureRequest
-) -> Iterator[list[WorkerProcess]]:
+@pytest.fixture(scope="module")
+def workers(root: Path, identity: KeyPair) -> Iterator[list[WorkerProcess]]:
+    """Two workers for the module: the second test deploys the copies again onto them (from
+    their caches) and kills one of them, so it runs last."""
     keys = root / "authorized_keys"
     keys.write_text(f"{identity.public} test\n")
-    with running_workers(root / request.node.name[:40], ["a", "b"], keys) as started:
+    with running_workers(root / "workers", ["a", "b"], keys) as started:
         yield started
 
 

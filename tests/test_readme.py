@@ -25,7 +25,8 @@ def test_readme_opens_with_exactly_two_commands() -> None:
     test_command = fenced_block_after("test-command")
     for command in (main_command, test_command):
         assert "\n" not in command, "each command must be one line to copy"
-        assert command.startswith("python3 -m venv .venv && .venv/bin/pip install -e ")
+        assert command.startswith("python3 -m venv .venv && .venv/bin/pip install ")
+        assert ' -e ".[all' in command  # an editable install of the checkout
     assert ".venv/bin/fleetgui" in main_command
     assert ".venv/bin/pytest" in test_command
     assert ".venv/bin/ruff check ." in test_command and ".venv/bin/mypy" in test_command

@@ -51,7 +51,8 @@ MODES: tuple[tuple[str, ...], ...] = (
 )
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m[1])
+# PP+SD alone runs on the workers in test_two_worker_processes_give_the_same_text
+@pytest.mark.parametrize("mode", (MODES[0], MODES[2]), ids=lambda m: m[1])
 def test_greedy_tokens_equal_transformers_fp32(
     exports: dict[int, Path],
     references: dict[str, list[int]],
