@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgui.bench.configurations import KINDS
+from fleetgui.bench.configurations import KINDS, Mode
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, parse_draft
 
@@ -256,5 +256,5 @@ def _check_drafts(options: BenchOptions) -> None:
         raise FleetguiError(
             "--no-ngram leaves out n-gram drafts beside a draft model: give one with --draft DIR"
         )
-    if options.no_ngram and not {"pp+sd", "pp+sd+mb"} & set(options.modes):
+    if options.no_ngram and not {Mode.PP_SD, Mode.PP_SD_MB} & set(options.modes):
         raise FleetguiError("--no-ngram: no speculative mode (pp+sd, pp+sd+mb) in --modes")

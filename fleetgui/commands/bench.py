@@ -19,6 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from fleetgui.bench import options as flags
+from fleetgui.bench.configurations import KINDS
 
 if TYPE_CHECKING:
     from fleetgui.bench.runner import BenchRun
@@ -80,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--modes",
         type=flags.modes,
-        default=flags.modes(flags.DEFAULT_MODES),
+        default=KINDS,
         metavar="MODE,...",
         help=f"what to measure (default all: {flags.DEFAULT_MODES}); e.g. pp,pp+sd to choose K",
     )
