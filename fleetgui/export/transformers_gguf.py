@@ -2,9 +2,9 @@
 the demo's draft build and the tests' references do.
 
 transformers maps GGUF tensor names to its own by building gguf-py's ``TensorNameMap`` once per
-module of the model (397 times for SmolLM2-135M), each a walk over every architecture's names:
-8.5 of the 21.3 s a load of SmolLM2 took here. The map depends only on the architecture and the
-layer count and is only read, so :func:`load_gguf_model` makes gguf-py build each one once.
+module of the model, each a walk over every architecture's names: much of a load's time
+(docs/design-measurements.md). The map depends only on the architecture and the layer count and
+is only read, so :func:`load_gguf_model` makes gguf-py build each one once.
 """
 
 from __future__ import annotations
