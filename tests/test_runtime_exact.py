@@ -89,8 +89,9 @@ def test_pp_greedy_matches_monolithic(
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("stages", ["2", "3"])
-@pytest.mark.parametrize("draft", ["close", "far"])
+# speculation lives in the coordinator: the stages see K + 1 positions and rewinds whatever
+# their count, so the far draft's many rewinds take the longer chain (PP covers both counts)
+@pytest.mark.parametrize(("stages", "draft"), [("2", "close"), ("3", "far")])
 def test_pp_sd_greedy_matches_monolithic(
     family: str, stages: str, draft: str, family_exports: dict, references: dict
 ) -> None:
