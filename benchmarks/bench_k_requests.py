@@ -6,8 +6,8 @@ is left is the choice of K against the draft's and the stages' own costs. Each o
 bench``'s requests is rendered with the chat template; per repeat each configuration runs once
 on it, interleaved, and K auto starts from a fresh chooser every run (a new user's first reply,
 as in ``fleetgui bench``). Rates are decode tokens/s (after the first token), medians over the
-repeats. The cost table: each fixed K's rounds (after a reply's first), medians of the draft's
-proposal, the verify pass and both.
+repeats; K auto's ratio is of its median to the best fixed K's. The cost table: each fixed K's
+rounds (after a reply's first), medians of the draft's proposal, the verify pass and both.
 
 Run: ``.venv/bin/python benchmarks/bench_k_requests.py [--target DIR] [--draft DIR]
 [--ks 1,5,10] [--tokens 128] [--repeats 5] [--requests 0,1,2,3,4,5]``
@@ -23,7 +23,7 @@ import logging
 import statistics
 from pathlib import Path
 
-import common  # noqa: F401  (hides torchvision before transformers loads)
+import common
 
 from fleetgui.bench.prompts import REQUESTS
 from fleetgui.paths import shards_cache_dir
@@ -33,8 +33,6 @@ from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import MetricEvent, MetricsBus, SpeculationRound
 from fleetgui.runtime.ov_stage import StageConfig
-
-log = logging.getLogger("bench_k_requests")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -81,18 +79,22 @@ async def run(args: argparse.Namespace) -> None:
                         costs[k] += [(r.draft_ms, r.verify_ms) for r in rounds[1:]]
             medians = {k: statistics.median(v) for k, v in rates.items()}
             best = max(args.ks, key=lambda k: medians[k])
-            fixed = "  ".join(f"K={k} {medians[k]:.1f}" for k in args.ks)
-            log.info(
-                "request %d: %s  K auto %.1f (mean K %.1f) | K auto / best fixed (K=%d): %.2fx",
-                index, fixed, medians[None], statistics.mean(mean_k), best,
-                medians[None] / medians[best],
-            )  # fmt: skip
-        log.info("K | draft ms | verify ms | round ms | rounds")
+            rows = [(f"K={k}", f"{medians[k]:.1f} tok/s") for k in args.ks] + [
+                ("K auto", f"{medians[None]:.1f} tok/s, mean K {statistics.mean(mean_k):.1f}"),
+                (f"K auto / best fixed (K={best})", f"{medians[None] / medians[best]:.2f}x"),
+            ]
+            figures = {str(k if k is not None else "auto"): v for k, v in medians.items()}
+            common.print_figures(f"request {index}: {REQUESTS[index][:40]}", rows, figures)
+        cost_rows, cost_json = [], {}
         for k in args.ks:
             draft = statistics.median(d for d, _ in costs[k])
             verify = statistics.median(v for _, v in costs[k])
             whole = statistics.median(d + v for d, v in costs[k])
-            log.info("%d | %.1f | %.1f | %.1f | %d", k, draft, verify, whole, len(costs[k]))
+            cost_rows.append(
+                (f"K={k}", f"draft {draft:.1f} + verify {verify:.1f} = {whole:.1f} ms")
+            )
+            cost_json[str(k)] = {"draft_ms": draft, "verify_ms": verify, "round_ms": whole}
+        common.print_figures("a round's cost (medians over every request)", cost_rows, cost_json)
     finally:
         await pipe.close()
 

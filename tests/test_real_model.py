@@ -44,15 +44,13 @@ def _records(run: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
     return [r for r in map(json.loads, run.stdout.splitlines()) if not r.get("aggregate")]
 
 
-MODES: tuple[tuple[str, ...], ...] = (
-    ("--mode", "pp"),
-    ("--mode", "pp+sd", "--draft", "ngram", "--k", "auto"),
-    ("--mode", "pp+sd+mb", "--draft", "ngram", "--k", "4", "--streams", "3"),
-)
+PP = ("--mode", "pp")
+PP_SD = ("--mode", "pp+sd", "--draft", "ngram", "--k", "auto")
+PP_SD_MB = ("--mode", "pp+sd+mb", "--draft", "ngram", "--k", "4", "--streams", "3")
 
 
 # PP+SD alone runs on the workers in test_two_worker_processes_give_the_same_text
-@pytest.mark.parametrize("mode", (MODES[0], MODES[2]), ids=lambda m: m[1])
+@pytest.mark.parametrize("mode", (PP, PP_SD_MB), ids=lambda m: m[1])
 def test_greedy_tokens_equal_transformers_fp32(
     exports: dict[int, Path],
     references: dict[str, list[int]],
@@ -111,7 +109,7 @@ def test_two_worker_processes_give_the_same_text(
     # the same export run in one process
     run = run_cli(
         root / "fleet-home", "generate", str(exports[2]), "--prompt", PROMPTS[0],
-        "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *MODES[1], *common,
+        "--max-new-tokens", str(N_NEW), "--precision", "f32", "--json", *PP_SD, *common,
     )  # fmt: skip
     (record,) = _records(run)
     assert record["token_ids"] == references[PROMPTS[0]]

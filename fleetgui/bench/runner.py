@@ -64,16 +64,16 @@ def prepare_target(options: BenchOptions) -> Target:
     notes: list[str] = []
     drafts = {_label(d): d for d in options.drafts}
     baseline = None if options.skip_baseline else options.baseline
-    wanted = baseline is None and not options.skip_baseline  # to be made, or asked for
+    missing = not options.skip_baseline and baseline is None  # wanted, none given
     if options.export_dir is not None:
         export_dir = options.export_dir
-        if wanted:
+        if missing:
             notes.append("no monolithic baseline: give one with --baseline MONOLITHIC_EXPORT")
     else:
         from fleetgui.demo.models import REAL_WEIGHTS, export_real
 
         export_dir = export_real()
-        if wanted:
+        if missing:
             baseline = _demo_baseline(REAL_WEIGHTS, notes)
     if baseline is not None and (too_big := fits(baseline)) is not None:
         notes.append(f"no monolithic baseline: {too_big}")
