@@ -36,10 +36,11 @@ from common import bench_cache, print_figures
 
 from fleetgui.api.served import ServedModel, fleet_stage_streams
 from fleetgui.api.server import ApiServer, ServerConfig
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.local_fleet import LocalFleet
-from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.runtime.generation import GenerationOptions, TokenDelta
+from fleetgui.fleet.local_fleet.fleet import LocalFleet
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import Pipeline
@@ -60,7 +61,7 @@ def _chat(question: str) -> list[dict[str, str]]:
 
 
 async def direct(pipe: Pipeline, served: ServedModel, n: int, tokens: int) -> dict[str, float]:
-    options = GenerationOptions(max_new_tokens=tokens, stop_strings=served.prompter.stop_strings)
+    options = GenerationConfig(max_new_tokens=tokens, stop=served.prompter.stop_strings)
     prompts = [served.prompter.text(_chat(QUESTIONS[i % len(QUESTIONS)])) for i in range(n)]
     started, cpu = time.perf_counter(), time.process_time()
 

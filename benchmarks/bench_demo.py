@@ -22,9 +22,9 @@ from typing import Any
 from common import k_choice, print_figures
 
 from fleetgui.demo.models import DEMO_WEIGHTS
-from fleetgui.demo.spec import SIZES
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.training.toy_pair.spec import SIZES
 
 HELD_OUT = (
     "def fibonacci(n):\n    ",
@@ -37,7 +37,9 @@ HELD_OUT = (
 async def measure(pipe: Pipeline, k: int | None, speculative: bool, tokens: int) -> dict[str, Any]:
     rates, accepted, ids = [], [], []
     for prompt in HELD_OUT:
-        options = GenerationOptions(max_new_tokens=tokens, speculative=speculative, k=k)
+        options = GenerationConfig(
+            max_new_tokens=tokens, k=(("auto" if k is None else k) if speculative else "off")
+        )
         result = await pipe.complete(prompt, options)
         rates.append(result.tokens_per_s)
         ids.append(result.token_ids)
@@ -51,15 +53,15 @@ async def measure(pipe: Pipeline, k: int | None, speculative: bool, tokens: int)
 
 
 async def run(args: argparse.Namespace) -> None:
-    from fleetgui.demo.models import start_demo
+    from fleetgui.demo.start import start_demo
 
     demo = await start_demo(args.size, weights=args.weights)
     ks = args.ks.split(",")
     choices = {k: k_choice(k) for k in ks}
     figures: dict[str, dict[str, list[float]]] = {}
     try:
-        pipe = demo.pipeline
-        await pipe.complete("warm up", GenerationOptions(max_new_tokens=8, speculative=True))
+        pipe = demo.llm.runtime
+        await pipe.complete("warm up", GenerationConfig(max_new_tokens=8, k="auto"))
         for _ in range(args.repeats):
             base = await measure(pipe, None, False, args.tokens)
             figures.setdefault("pp", {}).setdefault("tok_s", []).append(base["tok_s"])

@@ -55,12 +55,14 @@ from common import (
 
 from fleetgui.bench.links import DelayRelays
 from fleetgui.demo.models import DEMO_WEIGHTS, DRAFT_WEIGHTS
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
-from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.fleet.local_fleet.fleet import LocalFleet, LocalWorker
+from fleetgui.fleet.ring.link import WorkerEndpoint
+from fleetgui.fleet.ring.wiring import Wiring
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.auto_k import K_MAX, AutoK
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import SpeculationRound, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
@@ -106,7 +108,7 @@ async def fleet_run(
     config = CoordinatorConfig(
         local_stages=local_stages,
         local=LocalPipelineConfig(stage=stage, draft_stage=stage),
-        topology=topology,
+        wiring=Wiring(topology),
         worker_threads=1,
     )
     session = FleetSession(identity, config)
@@ -116,8 +118,12 @@ async def fleet_run(
         pipe = session.pipeline(draft_dir=draft)
         pipe.new_auto_k = new_auto_k
         speculative = draft is not None
-        await pipe.complete("warm up", GenerationOptions(max_new_tokens=4, speculative=speculative))
-        options = GenerationOptions(max_new_tokens=n_tokens, speculative=speculative, k=k)
+        await pipe.complete(
+            "warm up", GenerationConfig(max_new_tokens=4, k=("auto" if speculative else "off"))
+        )
+        options = GenerationConfig(
+            max_new_tokens=n_tokens, k=(("auto" if k is None else k) if speculative else "off")
+        )
         stage_ms: dict[int, list[float]] = {}
         hop_ms: list[float] = []
         rounds: dict[int, list[tuple[int, int]]] = {}
@@ -259,7 +265,7 @@ def part_b(identity: KeyPair, args: argparse.Namespace, model: Path) -> list[tup
 
 
 #: Part C's layouts: how many target stages the coordinator runs beside the draft, and a label.
-#: The demo runs none (``fleetgui.demo.models``): the draft and the generation loop already keep
+#: The demo runs none (``fleetgui.demo.start``): the draft and the generation loop already keep
 #: one PC busy, and with stage 0 beside them the coordinator's core was the bottleneck: 2 streams,
 #: K auto, 5 repeats: 406 vs 324 tok/s (per-thread CPU time on the coordinator per round of
 #: K = 3: the draft 3.2 ms, stage 0 1.3 ms, the loop 1.2 ms; the worker's core was 50 % idle).
@@ -300,7 +306,7 @@ def record_ceilings(
 
 
 def part_c(identity: KeyPair, args: argparse.Namespace) -> list[tuple[str, str]]:
-    from fleetgui.demo import load_pair
+    from fleetgui.training.toy_pair import load_pair
 
     pair = load_pair(args.demo)
     tag = args.demo_layers.replace(":", "-").replace(",", "_") if args.demo_layers else "even"

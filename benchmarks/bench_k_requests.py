@@ -22,14 +22,15 @@ import functools
 import logging
 import statistics
 from pathlib import Path
+from typing import Literal
 
 import common
 
 from fleetgui.bench.prompts import REQUESTS
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.paths import shards_cache_dir
 from fleetgui.runtime.auto_k import AutoK
 from fleetgui.runtime.chat_prompt import ChatPrompter
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import MetricEvent, MetricsBus, SpeculationRound
 from fleetgui.runtime.ov_stage import StageConfig
@@ -52,38 +53,35 @@ async def run(args: argparse.Namespace) -> None:
         metrics=bus,
     )
     prompter = ChatPrompter.for_tokenizer(pipe.tokenizer)
-    configs: list[int | None] = [*args.ks, None]  # None: K auto
+    configs: list[int | Literal["auto"]] = [*args.ks, "auto"]
     costs: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
     try:
         for index in args.requests:
             prompt = prompter.text([{"role": "user", "content": REQUESTS[index]}])
-            warm = GenerationOptions(max_new_tokens=8, speculative=True, k=2)
+            warm = GenerationConfig(max_new_tokens=8, k=2)
             await pipe.complete(prompt, warm)  # the first passes of fresh states cost more
-            rates: dict[int | None, list[float]] = {k: [] for k in configs}
+            rates: dict[int | Literal["auto"], list[float]] = {k: [] for k in configs}
             mean_k: list[float] = []
             for _ in range(args.repeats):
                 for k in configs:
                     pipe.new_auto_k = functools.partial(AutoK)  # no estimates carried over
                     rounds.clear()
-                    options = GenerationOptions(
-                        max_new_tokens=args.tokens,
-                        speculative=True,
-                        k=k,
-                        stop_strings=prompter.stop_strings,
+                    options = GenerationConfig(
+                        max_new_tokens=args.tokens, stop=prompter.stop_strings, k=k
                     )
                     result = await pipe.complete(prompt, options)
                     rates[k].append(result.tokens_per_s)
-                    if k is None:
+                    if k == "auto":
                         mean_k.append(statistics.mean(result.ks) if result.ks else 0.0)
                     else:
                         costs[k] += [(r.draft_ms, r.verify_ms) for r in rounds[1:]]
             medians = {k: statistics.median(v) for k, v in rates.items()}
             best = max(args.ks, key=lambda k: medians[k])
             rows = [(f"K={k}", f"{medians[k]:.1f} tok/s") for k in args.ks] + [
-                ("K auto", f"{medians[None]:.1f} tok/s, mean K {statistics.mean(mean_k):.1f}"),
-                (f"K auto / best fixed (K={best})", f"{medians[None] / medians[best]:.2f}x"),
+                ("K auto", f"{medians['auto']:.1f} tok/s, mean K {statistics.mean(mean_k):.1f}"),
+                (f"K auto / best fixed (K={best})", f"{medians['auto'] / medians[best]:.2f}x"),
             ]
-            figures = {str(k if k is not None else "auto"): v for k, v in medians.items()}
+            figures = {str(k): v for k, v in medians.items()}
             common.print_figures(f"request {index}: {REQUESTS[index][:40]}", rows, figures)
         cost_rows, cost_json = [], {}
         for k in args.ks:

@@ -53,17 +53,17 @@ from bench_fleet import PROMPTS
 from common import bench_cache, bench_llama, ensure_export, print_figures
 
 from fleetgui.bench.links import DelayRelays
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.link import WorkerLink
-from fleetgui.fleet.local_fleet import LocalFleet
-from fleetgui.fleet.local_worker import pinned
-from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.fleet.local_fleet.fleet import LocalFleet
+from fleetgui.fleet.local_fleet.worker_process import pinned
+from fleetgui.fleet.ring.link import WorkerEndpoint, WorkerLink
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Message, Op
 from fleetgui.planner import DeviceProfile, ModelProfile, Plan, PlanConfig, solve
 from fleetgui.planner.cost import evaluate, stage_memory_bytes
 from fleetgui.planner.model_profile import load_model_profile
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import MetricEvent, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
@@ -235,7 +235,7 @@ async def measure_links(identity: KeyPair, pcs: dict[str, Pc]) -> dict[str, tupl
     endpoints = [pc.endpoint for pc in pcs.values() if pc.endpoint is not None]
     await session.connect(endpoints)
     try:
-        return {e.name: await link_figures(session.links[e.name]) for e in endpoints}
+        return {e.name: await link_figures(session.workers.links[e.name]) for e in endpoints}
     finally:
         await session.close()
 
@@ -407,12 +407,12 @@ async def run_split(
     try:
         await session.deploy(export, order=split.workers)
         pipe = session.pipeline()
-        await pipe.complete("warm up", GenerationOptions(max_new_tokens=8))
+        await pipe.complete("warm up", GenerationConfig(max_new_tokens=8))
         session.metrics.subscribe(collect)
         for prompt in PROMPTS:
             stage_ms.clear()
             ring_ms.clear()
-            result = await pipe.complete(prompt, GenerationOptions(max_new_tokens=tokens))
+            result = await pipe.complete(prompt, GenerationConfig(max_new_tokens=tokens))
             into.token_ms.append(1000.0 / result.tokens_per_s)
             # decode steps only: the prefill's StageTiming has positions > 1 and is skipped;
             # its one TransferTiming is dropped with the first entry

@@ -21,8 +21,8 @@ from typing import Any
 
 from common import paired, print_figures
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.draft_source import draft_label, parse_draft
-from fleetgui.runtime.generation import GenerationOptions
 
 CHAT = (
     "What is the capital of Italy?",
@@ -43,17 +43,17 @@ CODE = (
 
 
 async def run(args: argparse.Namespace) -> None:
-    from fleetgui.demo.models import start_demo
+    from fleetgui.demo.start import start_demo
     from fleetgui.runtime.chat_prompt import ChatPrompter
     from fleetgui.runtime.loader import load_draft
 
     demo = await start_demo(None)
-    pipe = demo.pipeline
-    session = demo.session
-    assert session.manifest is not None
+    pipe = demo.llm.runtime
+    session = demo.llm.sessions[0]
+    assert session.deployment.manifest is not None
     drafts = {
         draft_label(source): load_draft(
-            source, session.manifest, pipe.tokenizer, session.config.local, session._core
+            source, session.deployment.manifest, pipe.tokenizer, session.config.local, session._core
         )
         for source in map(parse_draft, args.drafts.split(","))
     }
@@ -61,8 +61,8 @@ async def run(args: argparse.Namespace) -> None:
     sets = {"chat": CHAT, "code": CODE}
     rates: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
     accepted: dict[str, dict[str, list[float]]] = {name: {} for name in sets}
-    pp = GenerationOptions(max_new_tokens=args.tokens)
-    sd = GenerationOptions(max_new_tokens=args.tokens, speculative=True)
+    pp = GenerationConfig(max_new_tokens=args.tokens)
+    sd = GenerationConfig(max_new_tokens=args.tokens, k="auto")
     try:
         for _ in range(args.repeats):
             for set_name, prompts in sets.items():

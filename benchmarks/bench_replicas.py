@@ -5,7 +5,7 @@ greedy streams, each PC being a worker process pinned to its own core (``taskset
 OpenVINO thread:
 
 * ``copies``: a whole copy (a 1-stage export) on each worker, one stream on each
-  (``fleet.replicas``), each worker chaining its decode steps itself (DECODE);
+  (``fleet.session.replicas``), each worker chaining its decode steps itself (DECODE);
 * ``copies, a request a step``: the same with one coordinator request per token, as before
   DECODE;
 * ``pipeline``: one 2-stage pipeline over both workers, the 2 streams interleaved (PP+MB);
@@ -41,15 +41,15 @@ from typing import Any
 
 from common import bench_cache, paired, print_figures
 
+from fleetgui.assembler import aopen
 from fleetgui.demo.models import export_real
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
-from fleetgui.fleet.local_worker import pinned
-from fleetgui.fleet.replicas import open_copies
-from fleetgui.fleet.ring_route import RouteConfig
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.local_fleet.fleet import LocalFleet, LocalWorker
+from fleetgui.fleet.local_fleet.worker_process import pinned
+from fleetgui.fleet.ring.route import RouteConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 
 log = logging.getLogger("bench_replicas")
 
@@ -119,8 +119,10 @@ async def fleet_rate(pipeline: Any, tokens: int, name: str, pids: list[int]) -> 
     """Tokens/s of both prompts at once; records the coordinator's share of a core meanwhile
     (this machine has no third PC for it: it takes that time from the workers' two cores) and
     the CPU time a token of the coordinator and the workers ``pids``."""
-    options = GenerationOptions(max_new_tokens=tokens)
-    await asyncio.gather(*(pipeline.complete("warm up", GenerationOptions(4)) for _ in PROMPTS))
+    options = GenerationConfig(max_new_tokens=tokens)
+    await asyncio.gather(
+        *(pipeline.complete("warm up", GenerationConfig(max_new_tokens=4)) for _ in PROMPTS)
+    )
     started, cpu = time.perf_counter(), time.process_time()
     workers_cpu = sum(process_cpu_s(pid) for pid in pids)
     results: list[GenerationResult] = await asyncio.gather(
@@ -140,25 +142,31 @@ async def copies_rate(
     identity: KeyPair, workers: list[LocalWorker], export: Path, n: int, name: str
 ) -> float:
     config = CoordinatorConfig(route=RouteConfig(worker_decode=name == "copies"))
-    copies = await open_copies(export, [[w.endpoint] for w in workers], identity, config)
+    endpoints = [w.endpoint for w in workers]
+    llm = await aopen(
+        export, workers=endpoints, layout="replicas", identity=identity, coordinator=config
+    )
     pids = [w.process.pid for w in workers if w.process is not None]
     try:
-        return await fleet_rate(copies, n, name, pids)
+        return await fleet_rate(llm.runtime, n, name, pids)
     finally:
-        await copies.close()
+        await llm.aclose()
 
 
 async def pipeline_rate(
     identity: KeyPair, workers: list[LocalWorker], export: Path, n: int
 ) -> float:
-    session = FleetSession(identity, CoordinatorConfig(local_stages=0))
-    await session.connect([w.endpoint for w in workers])
+    llm = await aopen(
+        export,
+        workers=[w.endpoint for w in workers],
+        identity=identity,
+        coordinator=CoordinatorConfig(local_stages=0),
+    )
+    pids = [w.process.pid for w in workers if w.process is not None]
     try:
-        await session.deploy(export)
-        pids = [w.process.pid for w in workers if w.process is not None]
-        return await fleet_rate(session.pipeline(), n, "pipeline", pids)
+        return await fleet_rate(llm.runtime, n, "pipeline", pids)
     finally:
-        await session.close()
+        await llm.aclose()
 
 
 class GenaiPair:

@@ -35,7 +35,7 @@ from bench_export import PROMPT, best_genai
 from ceilings import Work, ceiling_tok_s
 from common import bench_llama, decode_throughput, ensure_export, paired, print_figures
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.metrics import StageTiming, TokensEmitted
 from fleetgui.runtime.ov_stage import StageConfig
@@ -75,7 +75,7 @@ class Genai:
 async def pipeline_round(pipe: Pipeline, n_tokens: int, n_streams: int) -> dict[str, float]:
     """One run of ``n_streams`` concurrent requests: per-stream decode rate, aggregate rate
     (all tokens over the wall time, prompts included), TTFT and per-stage decode compute."""
-    options = GenerationOptions(max_new_tokens=n_tokens)
+    options = GenerationConfig(max_new_tokens=n_tokens)
     stage_ms: dict[int, list[float]] = {}
     step_ms: dict[int, list[float]] = {}
 
@@ -151,7 +151,7 @@ async def measure(
         *(lambda name=name, g=g: sync(name, g.decode_tok_s) for name, g in genai.items()),
     ]
     try:
-        await pipe.complete("warm up", GenerationOptions(max_new_tokens=4))
+        await pipe.complete("warm up", GenerationConfig(max_new_tokens=4))
         for contender in contenders:  # warm every path once, unrecorded
             await contender()
         runs.clear()

@@ -25,12 +25,12 @@ import psutil
 from common import bench_cache
 
 from fleetgui.demo.models import export_real
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.local_fleet import LocalFleet, LocalWorker
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.local_fleet.fleet import LocalFleet, LocalWorker
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 
@@ -64,7 +64,7 @@ async def soak(
     session = FleetSession(identity, config)
     await session.connect([w.endpoint for w in workers])
     await session.deploy(export)
-    options = GenerationOptions(max_new_tokens=args.tokens)
+    options = GenerationConfig(max_new_tokens=args.tokens)
     pipe = session.pipeline()
     reference = {p: (await pipe.complete(p, options)).token_ids for p in PROMPTS}
     rss_start = {w.name: rss_mib(w) for w in workers}
@@ -79,13 +79,14 @@ async def soak(
             tasks = [asyncio.create_task(pipe.complete(p, options)) for p in prompts]
             if round_ in (args.rounds // 3, 2 * args.rounds // 3):
                 await asyncio.sleep(0.3)  # mid-round
-                serving = session.assignment.members[0].name
+                serving = session.deployment.assignment.members[0].name
                 victim = next(w for w in workers if w.name == serving)
                 victim.kill()
                 kills.append(serving)
                 log.warning("round %d: killed %s", round_, serving)
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-            server = next(w for w in workers if w.name == session.assignment.members[0].name)
+            serving = session.deployment.assignment.members[0].name
+            server = next(w for w in workers if w.name == serving)
             assert server.process is not None
             rss, period = rss_mib(server), f"{server.name} (pid {server.process.pid})"
             served.setdefault(period, {"rounds": 0, "rss_mib_first": round(rss, 1)})
@@ -125,7 +126,7 @@ async def soak(
         "wrong_streams": wrong,
         "precision": args.precision,
         "killed": kills,
-        "failovers": list(session.failovers),
+        "failovers": list(session.failover.failovers),
         "serving": served,
         "rss_mib_start": {k: round(v, 1) for k, v in rss_start.items()},
         "rss_mib_end": {w.name: round(rss_mib(w), 1) for w in alive},

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fleetgui.shard import Shard
 
 if TYPE_CHECKING:
-    from fleetgui.front_door import aopen, open
+    from fleetgui.assembler import aopen, open
     from fleetgui.generation_config import GenerationConfig
     from fleetgui.llm_pipeline import LLMPipeline
 
@@ -26,14 +26,14 @@ __version__ = "0.1.0"
 
 __all__ = ["GenerationConfig", "LLMPipeline", "Shard", "__version__", "aopen", "open"]
 
-_FRONT_DOOR = {"GenerationConfig", "LLMPipeline", "aopen", "open"}
+_ASSEMBLER = {"GenerationConfig", "LLMPipeline", "aopen", "open"}
 
 
 def __getattr__(name: str) -> Any:
-    # the front door imports OpenVINO and the fleet only when used: a worker imports fleetgui
+    # the assembler imports OpenVINO and the fleet only when used: a worker imports fleetgui
     # and must stay lean
-    if name in _FRONT_DOOR:
-        from fleetgui import front_door
+    if name in _ASSEMBLER:
+        from fleetgui import assembler
 
-        return getattr(front_door, name)
+        return getattr(assembler, name)
     raise AttributeError(f"module 'fleetgui' has no attribute {name!r}")

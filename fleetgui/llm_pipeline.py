@@ -12,12 +12,9 @@ decode; at most ``max_streams`` generations run at once, more wait their turn.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,35 +22,16 @@ from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
 
 if TYPE_CHECKING:
+    from fleetgui.fleet.session.session import FleetSession
+    from fleetgui.loop_thread import LoopThread
     from fleetgui.runtime.chat_prompt import ChatPrompter
-    from fleetgui.runtime.generation import GenerationResult, TokenDelta
+    from fleetgui.runtime.generation import GenerationResult, Runtime, TokenDelta
     from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Messages = Sequence[Mapping[str, Any]]
-
-
-class _LoopThread:
-    """An asyncio loop on a daemon thread, for synchronous callers."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fleetgui", daemon=True)
-        self._thread.start()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.submit(coro).result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self.loop.is_running():
-            self.loop.close()
 
 
 class LLMPipeline:
@@ -63,15 +41,21 @@ class LLMPipeline:
 
     def __init__(
         self,
-        runtime: Any,
-        closers: Sequence[Any] = (),
+        runtime: Runtime,
+        sessions: Sequence[FleetSession] = (),
         max_streams: int | None = None,
         *,
         prompter: ChatPrompter | None = None,
+        thread: LoopThread | None = None,
     ) -> None:
-        self._runtime = runtime  # runtime.pipeline.Pipeline or fleet.replicas.ReplicatedPipeline
-        self._closers = list(closers)  # fleet sessions to close after the pipeline
-        self._thread: _LoopThread | None = None  # open()'s: sync calls run their loop on it
+        """``sessions``: the fleet sessions ``runtime`` runs on (closed after it: one for a
+        pipeline on a fleet, one a replica for replicas, none on this PC alone); ``thread``:
+        the loop :func:`fleetgui.open` runs it on, which synchronous calls use (None: the
+        caller's loop, for the async methods only)."""
+        self._runtime = runtime
+        self._sessions = tuple(sessions)
+        self._thread = thread
+        self._closed = False
         self._prompter = prompter  # read from the export when a chat first needs it
         if max_streams is not None:
             self.max_streams = max_streams  # the pipeline itself makes the others wait
@@ -79,27 +63,30 @@ class LLMPipeline:
     @classmethod
     def over(
         cls,
-        runtime: Any,
+        runtime: Runtime,
         *,
-        closers: Sequence[Any] = (),
         max_streams: int | None = None,
         prompter: ChatPrompter | None = None,
     ) -> LLMPipeline:
-        """The front door over a runtime pipeline the caller opened itself (a
-        ``runtime.pipeline.Pipeline`` or a ``fleet.replicas.ReplicatedPipeline``); it runs on
-        the caller's event loop: use the async methods. :meth:`aclose` closes ``runtime``, then
-        each of ``closers`` (objects with an async ``close``, e.g. the fleet session it runs
-        on). ``max_streams``: generations at once (None: the runtime's limit as it is).
+        """The pipeline over a runtime opened without :func:`fleetgui.aopen` (a test's or a
+        benchmark's own ``Pipeline``); it runs on the caller's event loop: use the async
+        methods. ``max_streams``: generations at once (None: the runtime's limit as it is).
         ``prompter``: how chats are rendered (default: the export's chat template, read when
         first needed; a ``ChatTemplateError`` if it cannot be)."""
-        return cls(runtime, closers, max_streams, prompter=prompter)
+        return cls(runtime, (), max_streams, prompter=prompter)
 
     # -- what it serves -------------------------------------------------------------------------
 
     @property
-    def runtime(self) -> Any:
+    def runtime(self) -> Runtime:
         """The runtime pipeline underneath (its stages, drafter, metrics and stream limit)."""
         return self._runtime
+
+    @property
+    def sessions(self) -> tuple[FleetSession, ...]:
+        """The fleet sessions it runs on: none on this PC alone, one for a pipeline over a
+        fleet, one per replica for replicas."""
+        return self._sessions
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -147,6 +134,12 @@ class LLMPipeline:
             self._prompter = ChatPrompter.for_tokenizer(self._runtime.tokenizer)
         return self._prompter
 
+    @prompter.setter
+    def prompter(self, prompter: ChatPrompter) -> None:
+        """Render chats with ``prompter`` (e.g. the plain transcript where the model's template
+        cannot be used)."""
+        self._prompter = prompter
+
     @property
     def has_chat_template(self) -> bool:
         """False: the model has none, and chats go as a plain ``User:``/``Assistant:``
@@ -192,21 +185,18 @@ class LLMPipeline:
     ) -> GenerationResult:
         """As :meth:`agenerate`, with token ids, counts and timings
         (:class:`~fleetgui.runtime.generation.GenerationResult`)."""
-        options = (config or GenerationConfig()).options()
-        return await self._runtime.complete(prompt, options)
+        return await self._runtime.complete(prompt, config or GenerationConfig())
 
-    async def astream_result(
+    def astream_result(
         self, prompt: str, config: GenerationConfig | None = None
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         """A :class:`~fleetgui.runtime.generation.TokenDelta` as each piece of the answer is
         accepted (its text, token ids and stream id), then the
         :class:`~fleetgui.runtime.generation.GenerationResult`. Nothing comes while the
         generation waits for a slot. Leaving the loop early (or ``aclose``) stops the
-        generation and frees its state on every PC."""
-        options = (config or GenerationConfig()).options()
-        async with contextlib.aclosing(self._runtime.stream(prompt, options)) as items:
-            async for item in items:
-                yield item
+        generation and frees its state on every PC. (The runtime's own generator, not one
+        wrapped around it: a token passes through no layer of this class.)"""
+        return self._runtime.stream(prompt, config or GenerationConfig())
 
     async def astream(
         self, prompt: str, config: GenerationConfig | None = None
@@ -224,10 +214,18 @@ class LLMPipeline:
         rendered with the model's chat template and ended at its end-of-turn token."""
         return await self.agenerate(*self.chat_prompt(messages, config))
 
-    async def aclose(self) -> None:
-        await self._runtime.close()
-        for closer in self._closers:
-            await closer.close()
+    async def aclose(self, *, unload: bool = False) -> None:
+        """Free the model here and close the fleet sessions; with ``unload`` the workers drop
+        the stages too (else they keep them loaded, and a later opening of the same export
+        reuses them). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._runtime.close()
+        finally:
+            for session in self._sessions:
+                await session.close(unload=unload)
 
     # -- sync -----------------------------------------------------------------------------------
 

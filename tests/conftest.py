@@ -144,8 +144,9 @@ def tiny_models(tiny_model_root: Path) -> Callable[..., Path]:
 @pytest.fixture(scope="session")
 def demo_pair_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder of the ``tiny`` demo pair (``target/``, ``draft/``, ``demo_model.json``), built
-    once per test session by ``fleetgui.demo.build_demo_pair`` (15 s on an idle 2-core PC)."""
-    from fleetgui.demo import build_demo_pair
+    once per test session by ``fleetgui.training.toy_pair.build_demo_pair`` (15 s on an idle
+    2-core PC)."""
+    from fleetgui.training.toy_pair import build_demo_pair
 
     out = tmp_path_factory.mktemp("demo_pair") / "demo-model-tiny"
     return build_demo_pair(out, "tiny").root

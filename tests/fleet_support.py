@@ -1,6 +1,7 @@
 """Real worker processes on loopback for fleet tests, started as fleetgui starts them
-(:mod:`fleetgui.fleet.local_worker`), with the tests' defaults (f32, exact against a local
-reference); and what only tests need: a throttle, a small disk, the app's controller config."""
+(:mod:`fleetgui.fleet.local_fleet.worker_process`), with the tests' defaults (f32, exact against a
+local reference); and what only tests need: a throttle, a small disk, the app's controller
+config."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from fleetgui.fleet.local_fleet import local_identity
-from fleetgui.fleet.local_worker import LocalWorker, WorkerOptions, local_worker
+from fleetgui.fleet.local_fleet.fleet import local_identity
+from fleetgui.fleet.local_fleet.worker_process import LocalWorker, WorkerOptions, local_worker
 
 WorkerProcess = LocalWorker  # the tests' name for a worker process
 coordinator_identity = local_identity  # a coordinator key pair in a folder, made on first use

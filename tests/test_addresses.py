@@ -9,7 +9,7 @@ import pytest
 
 from fleetgui.addresses import format_address, parse_address, parse_zmq_endpoint, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.pairing.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.worker_info import WorkerInfo
 

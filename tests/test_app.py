@@ -25,15 +25,16 @@ from runtime_support import EXACT, export, perturbed_copy
 
 from fleetgui.app.application import install_asyncgen_finalizer
 from fleetgui.app.chats import Chats
-from fleetgui.app.conversation import ASSISTANT, USER, SamplingSettings
+from fleetgui.app.conversation import ASSISTANT, USER
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.deploy.local import LocalDeployer
 from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
-from fleetgui.app.mode import Mode
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.modes import Mode
 from fleetgui.net.worker_info import WorkerInfo
 
 TIMEOUT_MS = 60_000
@@ -126,7 +127,7 @@ def new_chat(window: MainWindow, max_new_tokens: int = 24) -> str:
     window.chat.new_requested.emit()
     conversation = window.chat_presenter.current_conversation
     assert conversation is not None
-    window.core.chats.set_sampling(conversation, SamplingSettings(max_new_tokens=max_new_tokens))
+    window.core.chats.set_config(conversation, GenerationConfig(max_new_tokens=max_new_tokens))
     window.chat_presenter.select_conversation(conversation)
     return conversation
 
@@ -252,7 +253,7 @@ def test_history_is_restored_by_a_new_store(app: Any) -> None:
         assert [(m.role, m.text) for m in new[cid].messages] == [
             (m.role, m.text) for m in conversation.messages
         ]
-        assert new[cid].sampling == conversation.sampling
+        assert new[cid].config == conversation.config
 
 
 def test_switch_mode_and_k_and_the_charts_follow(
@@ -290,7 +291,7 @@ def test_switch_mode_and_k_and_the_charts_follow(
     )
 
     panel.k_auto.setChecked(True)
-    assert core.inference.mode.k is None
+    assert core.inference.mode.k == "auto"
 
     # pause: points are still recorded, the charts stop updating until resumed
     window.dashboard.pause.click()
@@ -322,11 +323,11 @@ def test_two_conversations_reply_at_once_each_with_its_own_sampling(qtbot: QtBot
     window.mode_panel.k.setValue(3)
     assert core.inference.mode.concurrency == 2
     session, inference = core.chats, core.inference
-    greedy = session.new_conversation(SamplingSettings(max_new_tokens=24))
+    greedy = session.new_conversation(GenerationConfig(max_new_tokens=24))
     sampled = session.new_conversation(
-        SamplingSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=24)
+        GenerationConfig(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=24)
     )
-    reference = session.new_conversation(SamplingSettings(max_new_tokens=24))
+    reference = session.new_conversation(GenerationConfig(max_new_tokens=24))
     with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS):
         session.send(reference, "Once upon a time")
     active: set[int] = set()
@@ -363,7 +364,7 @@ def test_two_conversations_reply_at_once_each_with_its_own_sampling(qtbot: QtBot
     with qtbot.waitSignal(session.reply_finished, timeout=TIMEOUT_MS):
         session.regenerate(sampled)
     assert session.get(sampled).messages[-1].text == text[sampled]  # same seed, same text
-    assert session.get(sampled).sampling.seed == 7
+    assert session.get(sampled).config.seed == 7
 
 
 def test_fleet_rows_and_a_lost_worker(qtbot: QtBot, app: Any) -> None:
@@ -376,12 +377,12 @@ def test_fleet_rows_and_a_lost_worker(qtbot: QtBot, app: Any) -> None:
         WorkerStatus.WRONG_VERSION,
         "speaks protocol 0: install fleetgui 0.1.0 on it",
     )
-    table = window.fleet_view.table
+    table = window.fleet_view.table.model()  # what the fleet view's table shows
     assert table.rowCount() == 3  # this PC first
-    assert "coordinator" in table.item(0, 0).text()
-    assert table.item(2, 1).text().startswith("wrong version: speaks protocol 0")
+    assert "coordinator" in table.index(0, 0).data()
+    assert table.index(2, 1).data().startswith("wrong version: speaks protocol 0")
     core.fleet.mark_lost("den-pc", "no heartbeat for 6 s")
-    assert table.item(1, 1).text() == "lost: no heartbeat for 6 s"
+    assert table.index(1, 1).data() == "lost: no heartbeat for 6 s"
     assert "den-pc lost" in window.messages.label.text()
     window.fleet_view.address.setText("10.0.0.5:5555")
     window.fleet_view.add_requested.emit("10.0.0.5:5555")

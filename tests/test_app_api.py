@@ -30,8 +30,8 @@ from test_app import (  # noqa: E402, F401
     qloop_session,
 )
 
-from fleetgui.app.conversation import SamplingSettings  # noqa: E402
-from fleetgui.app.mode import Mode  # noqa: E402
+from fleetgui.generation_config import GenerationConfig  # noqa: E402
+from fleetgui.modes import Mode  # noqa: E402
 
 pytestmark = pytest.mark.slow  # an export and a deployment: about 15 s
 
@@ -80,7 +80,7 @@ def test_the_switch_serves_the_model_while_the_chat_generates(
                 api_text.append(chunk.choices[0].delta.content)
 
     session = core.chats
-    conversation = session.new_conversation(SamplingSettings(max_new_tokens=40))
+    conversation = session.new_conversation(GenerationConfig(max_new_tokens=40))
     thread = threading.Thread(target=api_client)
     thread.start()
     qtbot.waitUntil(lambda: len(spans["api"]) >= 3, timeout=TIMEOUT_MS)  # the API generates

@@ -30,8 +30,9 @@ from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeployRequest
 from fleetgui.app.fleet_bench import BenchStep
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.mode import Mode, ModeSettings
+from fleetgui.app.mode import ModeSettings
 from fleetgui.app.views.main_window import MainWindow
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import NGRAM
 
 EXPECTED = {
@@ -84,9 +85,10 @@ def deployed(fleet_app: Fleet, export_3s: Path) -> Iterator[tuple[AppCore, MainW
     core.set_mode(MODE)
     deployer = core.deployment.deployer
     assert isinstance(deployer, FleetDeployer)
-    pipeline = drive(deployer.deploy(DeployRequest(export_3s, draft_dir=NGRAM), lambda _: None))
-    drive(core.inference.install(pipeline, "exp-3s on the fleet, draft n-gram"))
-    assert deployer.session is not None and len(deployer.session.assignment.members) == 2
+    llm = drive(deployer.deploy(DeployRequest(export_3s, draft_dir=NGRAM), lambda _: None))
+    drive(core.inference.install(llm, "exp-3s on the fleet, draft n-gram"))
+    pipeline = llm.runtime
+    assert deployer.session is not None and len(deployer.session.deployment.assignment.members) == 2
     yield core, window, (pipeline, pipeline.draft, pipeline.new_auto_k)
 
 

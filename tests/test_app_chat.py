@@ -16,11 +16,12 @@ pytest.importorskip("qasync")
 from PySide6.QtCore import Qt
 from test_app import qloop, qloop_session  # noqa: F401 (fixtures)
 
-from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation, SamplingSettings
+from fleetgui.app.conversation import ASSISTANT, DEFAULT_REPLY, USER, ChatMessage, Conversation
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.history import HistoryStore
-from fleetgui.app.views.fleet_view import COLUMNS
 from fleetgui.app.views.main_window import MainWindow
+from fleetgui.app.worker_table import COLUMNS
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.sysinfo import cpu_model, os_description
 
 QtBot = Any  # pytest-qt's fixture
@@ -38,10 +39,10 @@ def open_window(qtbot: QtBot, folder: Path) -> tuple[AppCore, MainWindow]:
     return core, window
 
 
-def shown_settings(window: MainWindow) -> SamplingSettings:
+def shown_settings(window: MainWindow) -> GenerationConfig:
     chat = window.chat
     seed = chat.seed.value()
-    return SamplingSettings(
+    return GenerationConfig(
         temperature=round(chat.temperature.value(), 3),
         top_k=chat.top_k.value(),
         top_p=round(chat.top_p.value(), 3),
@@ -58,7 +59,7 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     core, window = open_window(qtbot, tmp_path)
     chat = window.chat
     assert window.chat_presenter.current_conversation is None
-    assert shown_settings(window) == SamplingSettings()  # not top-p 0.01, max tokens 1, seed 0
+    assert shown_settings(window) == DEFAULT_REPLY  # not top-p 0.01, max tokens 1, seed 0
     assert chat.seed.text() == "random"
     chat.max_tokens.setValue(100)  # edited with no conversation: the next one's setting
     chat.input.setPlainText("hello there")
@@ -72,18 +73,18 @@ def test_with_no_conversation_the_row_shows_the_defaults_and_a_message_starts_on
     assert window.chat_presenter.current_conversation == chat.current_id == started.id
     assert [(m.role, m.text) for m in started.messages] == [(USER, "hello there")]
     assert started.title == "hello there"
-    assert started.sampling == SamplingSettings(max_new_tokens=100)
+    assert started.config == GenerationConfig(max_new_tokens=100)
     assert chat.input.toPlainText() == ""
     assert "hello there" in chat.transcript.toPlainText()
     assert chat.list.count() == 1
     # deleting it leaves none selected: the row shows what the next conversation will use
     chat.delete_requested.emit()  # of the conversation shown: started
     assert window.chat_presenter.current_conversation is None
-    assert shown_settings(window) == SamplingSettings(max_new_tokens=100)
+    assert shown_settings(window) == GenerationConfig(max_new_tokens=100)
     chat.new_requested.emit()
     shown = window.chat_presenter.current_conversation
     assert shown is not None
-    assert core.chats.get(shown).sampling.max_new_tokens == 100
+    assert core.chats.get(shown).config.max_new_tokens == 100
 
 
 def test_a_replys_leading_indentation_shows_as_saved(qtbot: QtBot, tmp_path: Path) -> None:
@@ -106,6 +107,6 @@ def test_this_pcs_cpu_is_named_as_workers_name_theirs(qtbot: QtBot, tmp_path: Pa
     assert coordinator.coordinator
     assert coordinator.info.cpu == cpu_model()  # what a worker on this PC reports
     assert coordinator.info.os == os_description()
-    table = window.fleet_view.table
-    cpu_cell = table.item(0, COLUMNS.index("CPU"))
-    assert cpu_cell is not None and cpu_cell.text().startswith(cpu_model())
+    table = window.fleet_view.table.model()
+    cpu_cell = table.index(0, COLUMNS.index("CPU")).data()
+    assert cpu_cell is not None and cpu_cell.startswith(cpu_model())

@@ -25,12 +25,12 @@ pytest.importorskip("qasync")
 from runtime_support import export
 from test_app import TIMEOUT_MS, make_window, qloop, qloop_session  # noqa: F401 (fixtures)
 
-from fleetgui.app.conversation import SamplingSettings
 from fleetgui.app.metrics_feed import AGGREGATE, MetricsFeed
 from fleetgui.app.metrics_series import STAGE_MS, TOKENS_PER_S, SeriesStore
 from fleetgui.app.rates import RateMeter
 from fleetgui.app.stream_labels import StreamLabels
 from fleetgui.app.views.dashboard_view import DashboardView
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import RequestFinished, TokensEmitted
 
 QtBot = Any  # pytest-qt's fixture
@@ -201,7 +201,7 @@ def test_two_chats_are_charted_under_their_titles_at_their_real_rate(
     core.chats.reply_delta.connect(slow_gui)
     titles = []
     for text in ("Once upon a time", "The quick brown fox"):
-        conversation = core.chats.new_conversation(SamplingSettings(max_new_tokens=80))
+        conversation = core.chats.new_conversation(GenerationConfig(max_new_tokens=80))
         with qtbot.waitSignal(core.chats.reply_finished, timeout=TIMEOUT_MS):
             assert core.chats.send(conversation, text)
         titles.append(core.chats.get(conversation).title)

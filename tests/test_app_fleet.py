@@ -57,18 +57,23 @@ from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, Measur
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController
 from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
-from fleetgui.app.mode import Mode
-from fleetgui.app.plan_preview import export_stages, rows_of
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
-from fleetgui.fleet.profiling import WorkerProfile, choose_probe, profile_here, profile_worker
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.placement.preview import export_stages, rows_of
+from fleetgui.fleet.profiling.probe_stage import (
+    WorkerProfile,
+    choose_probe,
+    profile_here,
+    profile_worker,
+)
+from fleetgui.fleet.ring.link import Dispatcher, LinkConfig, WorkerLink
+from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.generation_config import GenerationConfig
+from fleetgui.modes import Mode
 from fleetgui.net.info_probe import probe
 from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile, Plan
 from fleetgui.planner.fixed_stages import plan_rows
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.loader import load_local_pipeline
 from fleetgui.worker.service import free_port_pair
 
@@ -177,7 +182,7 @@ class App:
     controller: FleetController
     deployer: FleetDeployer
     results: list[GenerationResult]
-    requests: list[tuple[list[dict[str, str]], GenerationOptions]]  # a chat's turns, options
+    requests: list[tuple[list[dict[str, str]], GenerationConfig]]  # a chat's turns, config
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +210,8 @@ def app(
     submit = core.inference.submit_chat
 
     def spy(messages: list[dict[str, str]], config: GenerationConfig) -> int:
-        state.requests.append((list(messages), config.options()))  # as the runtime gets them
+        llm = core.inference.llm  # the chat format's stop strings are added as it renders
+        state.requests.append((list(messages), llm.chat_config(config) if llm else config))
         return submit(messages, config)
 
     core.inference.submit_chat = spy  # type: ignore[method-assign]
@@ -219,17 +225,16 @@ def app(
 
 def status_of(window: MainWindow, name: str) -> str:
     """The fleet view's status text of worker ``name`` ("" if it has no row)."""
-    table = window.fleet_view.table
+    table = window.fleet_view.table.model()
     for row in range(table.rowCount()):
-        item = table.item(row, 0)
-        if item is not None and item.text() == name:
-            status = table.item(row, 1)
-            return status.text() if status is not None else ""
+        if table.index(row, 0).data() == name:
+            status = table.index(row, 1).data()
+            return status if status is not None else ""
     return ""
 
 
 def reference_tokens(
-    export_dir: Path, prompt: str, options: GenerationOptions, draft: Path | None = None
+    export_dir: Path, prompt: str, options: GenerationConfig, draft: Path | None = None
 ) -> list[int]:
     """The same reply generated in this process, every stage here."""
 
@@ -281,15 +286,15 @@ def assert_deployed_as_previewed(app: App, export_dir: Path, preview: Plan) -> N
     """The fleet runs exactly ``preview``: the same PCs with the same layers in the same ring
     order, the PCs it leaves out are the spares, and the view shows it."""
     session = app.deployer.session
-    assert session is not None and session.assignment is not None
+    assert session is not None and session.deployment.assignment is not None
     assert app.core.deployment.plan is preview  # deployed as previewed, not planned again
     here = preview.devices[0]
-    deployed = rows_of(session.assignment, export_stages(export_dir), here)
+    deployed = rows_of(session.deployment.assignment, export_stages(export_dir), here)
     assert deployed == plan_rows(preview)
-    assert set(session.assignment.spares) == {x.device for x in preview.left_out}
+    assert set(session.deployment.assignment.spares) == {x.device for x in preview.left_out}
     # ... and keeps re-planning from what the preview was made of (this PC first, ring order).
-    assert session.replanner is not None
-    context = session.replanner.context
+    assert session.replanning is not None
+    context = session.replanning.replanner.context
     assert [d.name for d in context.devices][: len(preview.devices)] == list(preview.devices)
     assert context.stages == tuple(export_stages(export_dir))
     assert context.config.objective == preview.objective
@@ -339,7 +344,8 @@ def test_pair_a_worker_with_the_code_it_shows(
     view.address.returnPressed.emit()
     qtbot.waitUntil(lambda: status_of(window, "newpc").startswith("not paired"), timeout=TIMEOUT_MS)
     table = view.table
-    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "newpc")
+    model = table.model()
+    row = next(r for r in range(model.rowCount()) if model.index(r, 0).data() == "newpc")
     table.selectRow(row)
     view.code.setText("wrong-code")
     pair = next(b for b in view.findChildren(QPushButton) if b.text() == "Pair selected")
@@ -410,7 +416,7 @@ def test_cancel_during_deploy_leaves_nothing_loaded(
     finally:
         deployment.deploy_progress.disconnect(cancel_at_first_worker_step)
     qtbot.waitUntil(lambda: deployment.state.value == "idle", timeout=TIMEOUT_MS)
-    assert cancelled_at and app.deployer.session is None and app.controller.session is None
+    assert cancelled_at and app.deployer.session is None and app.controller.sessions == ()
     assert app.core.inference.pipeline is None
 
     async def probe_all() -> list[Any]:
@@ -428,10 +434,11 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     steps, preview = deploy(qtbot, app, exports["3s"])
     assert_deployed_as_previewed(app, exports["3s"], preview)
     session = app.deployer.session
-    assert session is not None and session.assignment is not None
-    members = [m.name for m in session.assignment.members]
+    assert session is not None and session.deployment.assignment is not None
+    members = [m.name for m in session.deployment.assignment.members]
     # the slow coordinator keeps stage 0; the other stages go to the fleet, the rest are spares
-    assert session.assignment.local == (0,) and members and session.assignment.spares
+    assignment = session.deployment.assignment
+    assert assignment.local == (0,) and members and assignment.spares
     assert "on the fleet" in app.window.pipeline_state.text()
     bars = app.window.deploy_view.worker_bars
     for name in members:
@@ -481,8 +488,8 @@ def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
     qtbot: QtBot, app: App, workers: dict[str, WorkerProcess], exports: dict[str, Path]
 ) -> None:
     session = app.deployer.session
-    assert session is not None and session.assignment is not None
-    victim = session.assignment.members[-1].name
+    assert session is not None and session.deployment.assignment is not None
+    victim = session.deployment.assignment.members[-1].name
     pieces = 0
 
     def kill_on_second_piece(_: str, __: str) -> None:
@@ -502,8 +509,8 @@ def test_kill_a_worker_mid_reply_marks_it_lost_and_the_reply_completes(
     prompt = app.results[-1].prompt  # the chat as rendered for the model
     reference = reference_tokens(exports["3s"], prompt, options, exports["draft"])
     assert app.results[-1].token_ids == reference
-    assert session.failovers == [victim]
-    assert victim not in [m.name for m in session.assignment.members]
+    assert session.failover.failovers == [victim]
+    assert victim not in [m.name for m in session.deployment.assignment.members]
     qtbot.waitUntil(lambda: status_of(app.window, victim).startswith("lost"))
     assert f"worker {victim} lost" in app.window.messages.label.text().lower()
     qtbot.wait(1500)  # later probes (port closed now) keep it lost

@@ -9,9 +9,10 @@ pytest.importorskip("PySide6")
 from fleetgui.app.deploy.fleet import app_progress, ring_order
 from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
 from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.fleet.deploy import DeployPhase, DeployProgress
-from fleetgui.fleet.session_config import LinkReason, WorkerEndpoint
-from fleetgui.fleet.session_config import LinkState as Link
+from fleetgui.fleet.ring.link import WorkerEndpoint
+from fleetgui.fleet.ring.shard_push import DeployPhase, DeployProgress
+from fleetgui.fleet.session.config import LinkReason
+from fleetgui.fleet.session.config import LinkState as Link
 from fleetgui.net.info_probe import WorkerStatusReason as Reason
 
 

@@ -33,7 +33,7 @@ from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.settings import Settings
 from fleetgui.app.views.library_view import COLUMNS, USABLE_COLUMN
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.library import LibraryRoots, ModelEntry
 
 NAME, SOURCE, EXPORT = COLUMNS.index("Name"), COLUMNS.index("Source"), COLUMNS.index("Export")
@@ -236,7 +236,7 @@ def test_an_ollama_model_used_on_the_fleet_is_exported_previewed_deployed_and_an
                 deploy_view.deploy_button.click()
             deployer = deployment.deployer
             assert isinstance(deployer, FleetDeployer) and deployer.session is not None
-            assignment = deployer.session.assignment
+            assignment = deployer.session.deployment.assignment
             assert assignment is not None and assignment.members  # stages on the workers
             assert not view.first_run.isVisible()  # a model is deployed now
             new_chat(window, max_new_tokens=8)

@@ -16,11 +16,12 @@ from runtime_support import EXACT, export
 
 from fleetgui.app.deploy.interfaces import DeployRequest
 from fleetgui.app.deploy.local import LocalDeployer
-from fleetgui.app.mode import Mode, ModeSettings
+from fleetgui.app.mode import ModeSettings
 from fleetgui.app.settings import Settings
 from fleetgui.app.views.mode_panel import ModePanel
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import NGRAM
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.ngram_draft import NgramDraft
 
 QtBot = Any  # pytest-qt's fixture
@@ -59,13 +60,13 @@ def test_deploying_with_ngram_speculates_without_a_draft_model(
     target = export(tiny_models("llama"), tmp_path / "llama-2s", stages=2)
 
     async def main() -> None:
-        pipe = await LocalDeployer(EXACT).deploy(DeployRequest(target, NGRAM), lambda _: None)
+        llm = await LocalDeployer(EXACT).deploy(DeployRequest(target, NGRAM), lambda _: None)
         try:
-            assert isinstance(pipe.draft, NgramDraft)
-            options = GenerationOptions(max_new_tokens=12, speculative=True, k=3)
-            result = await pipe.complete("def add(a, b):\n    return", options)
+            assert isinstance(llm.runtime.draft, NgramDraft)
+            options = GenerationConfig(max_new_tokens=12, k=3)
+            result = await llm.agenerate_result("def add(a, b):\n    return", options)
             assert len(result.token_ids) == 12 and result.acceptance_rate is not None
         finally:
-            await pipe.close()
+            await llm.aclose()
 
     asyncio.run(main())

@@ -13,8 +13,11 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from fleetgui.app.export_job import default_export_dir
-from fleetgui.app.plan_preview import (
+from fleetgui.app.deploy.export_job import default_export_dir
+from fleetgui.errors import FleetguiError
+from fleetgui.export.manifest import Manifest, ManifestStage
+from fleetgui.fleet.placement.assignment import StageToPlace, initial_assignment
+from fleetgui.fleet.placement.preview import (
     PreviewRequest,
     export_stages,
     groups_to_deploy,
@@ -26,9 +29,6 @@ from fleetgui.app.plan_preview import (
     replicas_phrase,
     rows_of,
 )
-from fleetgui.errors import FleetguiError
-from fleetgui.export.manifest import Manifest, StageEntry
-from fleetgui.fleet.assignment import StageUnit, initial_assignment
 from fleetgui.planner import ModelProfile, PlanConfig, plan_fixed_stages
 from fleetgui.planner.examples import device
 from fleetgui.planner.fixed_stages import plan_rows
@@ -39,7 +39,7 @@ WORKERS = ["w1", "w2", "w3"]
 
 def write_export(folder: Path, stages: list[tuple[int, int]]) -> Path:
     """A manifest with these stage boundaries (no weight files: only the layout is read)."""
-    entries = tuple(StageEntry(i, s, e, (), (), (), ()) for i, (s, e) in enumerate(stages))
+    entries = tuple(ManifestStage(i, s, e, (), (), (), ()) for i, (s, e) in enumerate(stages))
     folder.mkdir(parents=True, exist_ok=True)
     Manifest("tiny", "0" * 64, "llama", stages[-1][1], 64, 100, "fp32", entries).write(folder)
     return folder
@@ -73,7 +73,7 @@ def test_the_assignment_is_the_plan(
     assert list(assignment.spares) == spares == sorted(x.device for x in plan.left_out)
     assert rows_of(assignment, export_stages(export), "here") == plan_rows(plan)
     # what the deployer did before: every remote stage on the workers in ring order
-    units = [StageUnit(i, shard, 1) for i, shard in enumerate(export_stages(export))]
+    units = [StageToPlace(i, shard, 1) for i, shard in enumerate(export_stages(export))]
     before = initial_assignment(units, WORKERS)
     assert [m.name for m in before.members] == ["w1", "w2"]  # w2 got a stage it was left out of
 

@@ -46,9 +46,9 @@ from test_app_fleet import (  # noqa: F401
 )
 
 from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
-from fleetgui.app.mode import Mode
-from fleetgui.app.plan_preview import export_stages
-from fleetgui.fleet.replicas import ReplicatedPipeline
+from fleetgui.fleet.placement.preview import export_stages
+from fleetgui.fleet.session.replicas import ReplicatedPipeline
+from fleetgui.modes import Mode
 from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile
 
@@ -144,7 +144,7 @@ def test_deploy_puts_a_whole_copy_on_each_worker(
     assert sorted(r.name for r in copies.replicas) == list(NAMES)
     every_stage = tuple(range(len(export_stages(tiny_export))))
     for replica in copies.replicas:
-        assignment = replica.session.assignment
+        assignment = replica.session.deployment.assignment
         assert assignment is not None and assignment.local == ()  # this PC runs no stage
         assert [(m.name, m.indices) for m in assignment.members] == [(replica.name, every_stage)]
         qtbot.waitUntil(lambda n=replica.name: status_of(app.window, n).startswith("busy"))  # type: ignore[misc]

@@ -33,8 +33,6 @@ from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeployRequest
 from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.local_pc import coordinator_name
-from fleetgui.app.plan_preview import export_stages
 from fleetgui.app.topology import (
     HIDDEN,
     TOKENS,
@@ -51,7 +49,10 @@ from fleetgui.app.topology_tracker import TopologyTracker, hop_shares
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.app.worker_status import WorkerRow, WorkerStatus
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.fleet.placement.preview import export_stages
+from fleetgui.fleet.profiling.this_pc import coordinator_name
+from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.runtime.metrics import StageTiming, TransferTiming
 from fleetgui.shard import Shard
@@ -180,11 +181,13 @@ def test_nothing_deployed_shows_the_known_pcs() -> None:
 
 def test_a_click_on_a_pc_in_the_picture_selects_it_for_pairing(qtbot: QtBot) -> None:
     rows = [row("here", coordinator=True), row("a"), row("newpc", WorkerStatus.NOT_PAIRED)]
-    view = FleetView()
+    model = WorkerTableModel()
+    view = FleetView(model)
     qtbot.addWidget(view)
     view.resize(1000, 700)
     view.show()
-    view.set_rows(rows)
+    for each in rows:
+        model.put(each)
     tracker = TopologyTracker()
     tracker.set_rows(rows)
     view.show_topology(tracker.topology(now=0.0))
@@ -192,7 +195,7 @@ def test_a_click_on_a_pc_in_the_picture_selects_it_for_pairing(qtbot: QtBot) -> 
     box = next(i for i in picture.scene().items() if i.data(0) == "newpc")
     point = picture.mapFromScene(box.sceneBoundingRect().center())
     qtbot.mouseClick(picture.viewport(), Qt.MouseButton.LeftButton, pos=point)
-    assert view.table.item(view.table.currentRow(), 0).text() == "newpc"
+    assert model.index(view.table.currentIndex().row(), 0).data() == "newpc"
 
 
 # -- the real window on a real fleet ------------------------------------------------------------
@@ -268,10 +271,10 @@ def test_the_picture_shows_every_pc_with_its_layers_and_a_failover(
     # planner would rightly keep a model this small on fewer PCs)
     deployer = core.deployment.deployer
     assert isinstance(deployer, FleetDeployer)
-    pipeline = drive(deployer.deploy(DeployRequest(export_3s), lambda _: None))
-    drive(core.inference.install(pipeline, "exp-3s on the fleet"))
+    llm = drive(deployer.deploy(DeployRequest(export_3s), lambda _: None))
+    drive(core.inference.install(llm, "exp-3s on the fleet"))
     assert deployer.session is not None
-    assignment = deployer.session.assignment
+    assignment = deployer.session.deployment.assignment
     assert assignment is not None and [m.name for m in assignment.members] == ["w1", "w2"]
 
     # every PC of the ring, with the layers the deployment gave it, in ring order
@@ -310,8 +313,9 @@ def test_the_picture_shows_every_pc_with_its_layers_and_a_failover(
     finally:
         core.chats.reply_delta.disconnect(kill_on_tenth_piece)
     assert pieces > 10, "the reply went on after the kill"
-    assert deployer.session.failovers == ["w2"]
-    taker = next((m.name for m in deployer.session.assignment.members if 2 in m.indices), here)
+    assert deployer.session.failover.failovers == ["w2"]
+    members = deployer.session.deployment.assignment.members
+    taker = next((m.name for m in members if 2 in m.indices), here)
     moved = stages[2]
 
     def failover_drawn() -> bool:

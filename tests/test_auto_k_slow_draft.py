@@ -9,14 +9,15 @@ import asyncio
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 from runtime_support import export, perturbed_copy, pipeline
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import K_MAX, AutoK
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.speculative import Drafter, Proposal
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 
@@ -48,7 +49,7 @@ class FakeSlowDraft:
         stream_id: int,
         committed: list[int],
         k: int,
-        params: SamplingParams,
+        params: GenerationConfig,
         rng: np.random.Generator,
     ) -> Proposal:
         proposal = await self.inner.propose(stream_id, committed, k, params, rng)
@@ -94,7 +95,7 @@ def slow_pair(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPat
     return export(model, out / "target-2s", stages=2), export(close, out / "draft", stages=1)
 
 
-def _replies(slow_pair: tuple, k: int | None) -> list[GenerationResult]:
+def _replies(slow_pair: tuple, k: int | Literal["auto"]) -> list[GenerationResult]:
     """One greedy reply to each prompt; K auto starts each from a new chooser, as
     ``fleetgui bench`` runs it."""
 
@@ -104,7 +105,7 @@ def _replies(slow_pair: tuple, k: int | None) -> list[GenerationResult]:
         assert pipe.draft is not None
         pipe.draft = FakeSlowDraft(pipe.draft, DRAFT_PASS_MS)
         pipe.route = FakeSlowLink(pipe.route, HOP_MS, POSITION_MS)  # type: ignore[assignment]
-        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=k)
+        options = GenerationConfig(max_new_tokens=N_NEW, k=k)
         results = []
         try:
             for prompt in PROMPTS:
@@ -123,7 +124,7 @@ def test_k_auto_keeps_a_costly_draft_near_one_draft_a_round(slow_pair: tuple) ->
     (here 1.22-1.26), and no reply's first three rounds propose more than 8 drafts. K auto as
     it was proposed 4, 4 and 6 drafts in them, and 1.40-1.45 a round. The text is K=1's."""
     fixed = _replies(slow_pair, 1)
-    auto = _replies(slow_pair, None)
+    auto = _replies(slow_pair, "auto")
     ks = [k for result in auto for k in result.ks]
     assert float(np.mean(ks)) <= 1.35, [result.ks for result in auto]
     assert all(sum(result.ks[:3]) <= 8 for result in auto), [result.ks for result in auto]

@@ -7,7 +7,12 @@ import random
 
 import pytest
 
-from fleetgui.bench.configurations import Configuration, Mode, build_configurations, full_stack
+from fleetgui.bench.configurations import (
+    Configuration,
+    Measurement,
+    build_configurations,
+    full_stack,
+)
 from fleetgui.bench.fleet import plan_cores
 from fleetgui.bench.measure import RunFigures
 from fleetgui.bench.netem_links import netem_args
@@ -16,6 +21,7 @@ from fleetgui.bench.options import DEFAULT_MODES
 from fleetgui.bench.packet_hub import Hub, Node, Shaping
 from fleetgui.bench.results import Results
 from fleetgui.bench.sweep import delay_order, rotated
+from fleetgui.modes import Mode
 
 
 def test_the_configurations_follow_the_papers_tables() -> None:
@@ -42,7 +48,7 @@ def test_the_configurations_follow_the_papers_tables() -> None:
 def test_without_a_second_worker_there_is_no_hub_to_compare() -> None:
     configurations = build_configurations(["ngram"], baseline=False, hub_delay=None)
     assert all(c.topology == "ring" for c in configurations)
-    assert all(c.mode != Mode.MONOLITHIC for c in configurations)
+    assert all(c.mode != Measurement.MONOLITHIC for c in configurations)
 
 
 def test_modes_keep_only_what_was_asked_for() -> None:
@@ -71,7 +77,7 @@ def _run(rate: float, **kw: float) -> RunFigures:
 def test_ratios_are_paired_within_each_repeat_and_the_summary_names_the_best_k() -> None:
     """Repeat 2 ran on a machine twice as slow: the ratios of each repeat still hold."""
     configurations = build_configurations(
-        ["ngram"], baseline=False, hub_delay=100.0, ks=(3, 10, None), mb_streams=(2,)
+        ["ngram"], baseline=False, hub_delay=100.0, ks=(3, 10, "auto"), mb_streams=(2,)
     )
     by_key = {c.key: c for c in configurations}
     results = Results(configurations, [0.0, 100.0], repeats=2)
@@ -104,7 +110,7 @@ def test_ratios_are_paired_within_each_repeat_and_the_summary_names_the_best_k()
 
 def test_a_ratio_skips_repeats_where_either_side_did_not_run() -> None:
     """An interrupted run: the second repeat has PP but not the full stack."""
-    configurations = build_configurations(["ngram"], baseline=False, hub_delay=None, ks=(None,))
+    configurations = build_configurations(["ngram"], baseline=False, hub_delay=None, ks=("auto",))
     by_key = {c.key: c for c in configurations}
     results = Results(configurations, [25.0], repeats=2)
     results.add(by_key["pp"], 25.0, 0, _run(10.0))

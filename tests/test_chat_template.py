@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from runtime_support import export, pipeline
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.chat_prompt import ChatPrompter, tokenizer_adds_bos
 from fleetgui.runtime.chat_template import (
     FALLBACK_STOP_STRINGS,
@@ -27,7 +28,6 @@ from fleetgui.runtime.chat_template import (
     ChatTemplateError,
     load_chat_template,
 )
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.special_tokens import end_of_turn_ids, special_tokens
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
@@ -377,7 +377,7 @@ def test_an_end_of_turn_id_in_generation_config_ends_the_reply(chat_export: dict
     async def run() -> Any:
         pipe = pipeline(export_dir)
         try:
-            return await pipe.complete(text, GenerationOptions(max_new_tokens=8))
+            return await pipe.complete(text, GenerationConfig(max_new_tokens=8))
         finally:
             await pipe.close()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.ov_stage import StageConfig
 
@@ -113,7 +113,7 @@ def test_demo_headless_answers_once_as_json(
 
     async def reference() -> list[int]:
         try:
-            result = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=24))
+            result = await pipe.complete(PROMPT, GenerationConfig(max_new_tokens=24))
             return result.token_ids
         finally:
             await pipe.close()

@@ -52,7 +52,7 @@ def test_a_bad_flag_fails_at_once_in_one_line(
 def test_good_flags_are_parsed_to_values() -> None:
     args = cli.build_parser().parse_args(["demo", "--k", "4", "--max-new-tokens", "9"])
     assert (args.k, args.max_new_tokens) == (4, 9)
-    assert cli.build_parser().parse_args(["demo"]).k is None  # auto
+    assert cli.build_parser().parse_args(["demo"]).k == "auto"
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,9 @@ def test_the_demos_app_opens_in_the_demos_mode(
 ) -> None:
     pytest.importorskip("PySide6")
     from fleetgui.app.core import build_core
-    from fleetgui.app.mode import Mode
     from fleetgui.app.views.main_window import MainWindow
     from fleetgui.commands import gui
+    from fleetgui.modes import Mode
     from fleetgui.runtime.draft_source import NGRAM
 
     args = cli.build_parser().parse_args(["demo", "--size", "tiny", *flags])

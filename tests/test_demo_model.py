@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from cli_support import run_cli
 
-from fleetgui.demo import INFO_FILE, BuildProgress, build_demo_pair, load_pair
-from fleetgui.demo.acceptance import block_acceptance
-from fleetgui.demo.corpus import code_only, is_eligible, is_heldout
-from fleetgui.demo.progress import PHASE_LABELS, PHASE_WEIGHTS, PhaseTracker
-from fleetgui.demo.spec import EOS_ID, SIZES, TINY, ModelDims, TrainSchedule, get_spec
-from fleetgui.demo.train import count_parameters, lr_at, make_llama
 from fleetgui.errors import FleetguiError
+from fleetgui.training.acceptance import block_acceptance
+from fleetgui.training.progress import PHASE_LABELS, PHASE_WEIGHTS, BuildProgress, PhaseTracker
+from fleetgui.training.toy_pair import INFO_FILE, build_demo_pair, load_pair
+from fleetgui.training.toy_pair.corpus import code_only, is_eligible, is_heldout
+from fleetgui.training.toy_pair.pretrain import make_llama
+from fleetgui.training.toy_pair.spec import EOS_ID, SIZES, TINY, ModelDims, get_spec
+from fleetgui.training.train import TrainSchedule, count_parameters, lr_at
 
 MODEL_FILES = (
     "config.json",
@@ -114,7 +115,8 @@ def test_learning_rate_warms_up_then_decays_to_floor() -> None:
 
 @pytest.mark.parametrize("muon_lr", [0.0, 0.05])
 def test_muon_trains_the_blocks_matrices_and_adamw_the_rest(muon_lr: float) -> None:
-    from fleetgui.demo.train import make_llama, make_optimizers, set_learning_rates
+    from fleetgui.training.toy_pair.pretrain import make_llama
+    from fleetgui.training.train import make_optimizers, set_learning_rates
 
     dims = ModelDims(
         hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, num_kv_heads=1
@@ -348,7 +350,7 @@ def test_pair_exports_and_generates_through_the_pipeline(
     from runtime_support import export, pipeline
 
     from fleetgui.export.manifest import read_manifest
-    from fleetgui.runtime.generation import GenerationOptions
+    from fleetgui.generation_config import GenerationConfig
 
     target_export = export(demo_pair_tiny / "target", tmp_path / "target-2s", stages=2)
     draft_export = export(demo_pair_tiny / "draft", tmp_path / "draft-1s", stages=1)
@@ -365,10 +367,10 @@ def test_pair_exports_and_generates_through_the_pipeline(
     async def main() -> None:
         pipe = pipeline(target_export, draft=draft_export)
         try:
-            plain = await pipe.complete(prompt, GenerationOptions(max_new_tokens=n_new))
+            plain = await pipe.complete(prompt, GenerationConfig(max_new_tokens=n_new))
             assert [t for t in plain.token_ids if t != EOS_ID] == expected
             for k in (2, 4):
-                options = GenerationOptions(max_new_tokens=n_new, speculative=True, k=k)
+                options = GenerationConfig(max_new_tokens=n_new, k=k)
                 spec = await pipe.complete(prompt, options)
                 assert spec.token_ids == plain.token_ids, k
                 assert spec.acceptance_rate is not None

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from fleetgui.demo.progress import BuildProgress, BuildStoppedError, CliProgress, ProgressLog
+from fleetgui.training.progress import BuildProgress, BuildStoppedError, CliProgress, ProgressLog
 
 
 class Clock:
@@ -23,7 +23,7 @@ def test_progress_reaches_the_log_at_most_once_per_interval(
 ) -> None:
     clock = Clock()
     progress = ProgressLog(interval=30.0, clock=clock)
-    caplog.set_level(logging.INFO, logger="fleetgui.demo.progress")
+    caplog.set_level(logging.INFO, logger="fleetgui.training.progress")
     progress(BuildProgress("draft", 0, 400))
     assert len(caplog.records) == 1  # a new phase is said at once
     for step in range(1, 200):  # one step every 0.1 s for 19.9 s: nothing new
@@ -51,7 +51,7 @@ def test_a_silent_stretch_between_phases_still_reaches_the_log(
     """Fetching and exporting report no steps: the heartbeat says the build goes on anyway."""
     clock = Clock()
     progress = ProgressLog(interval=30.0, clock=clock)
-    caplog.set_level(logging.INFO, logger="fleetgui.demo.progress")
+    caplog.set_level(logging.INFO, logger="fleetgui.training.progress")
     clock.now += 30.0
     progress.heartbeat()
     assert [r.getMessage() for r in caplog.records] == ["still working, 30 s elapsed"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleetgui.demo.chat_prompts import KINDS, all_questions, make_prompts
+from fleetgui.training.draft_distiller.chat_prompts import KINDS, all_questions, make_prompts
 
 
 def test_held_out_questions_share_no_subject_with_training_ones() -> None:
@@ -48,7 +48,7 @@ def _tiny_llama(seed: int = 0) -> Any:
 def test_batched_continuations_equal_one_prompt_at_a_time_and_keep_what_the_model_saw() -> None:
     import torch
 
-    from fleetgui.demo.continuations import continue_prompts
+    from fleetgui.training.continuations import continue_prompts
 
     model = _tiny_llama()
     prompts = [[5, 9, 11], [7, 3, 2, 8, 8, 4, 6], [12, 13], [4, 4, 4, 4, 9]]
@@ -68,7 +68,7 @@ def test_batched_continuations_equal_one_prompt_at_a_time_and_keep_what_the_mode
 
 
 def test_a_continuation_stops_at_its_end_of_turn_token() -> None:
-    from fleetgui.demo.continuations import continue_prompts
+    from fleetgui.training.continuations import continue_prompts
 
     model = _tiny_llama()
     free = continue_prompts(
@@ -86,14 +86,14 @@ def test_a_continuation_stops_at_its_end_of_turn_token() -> None:
 def test_the_candidate_loss_is_zero_for_the_target_itself_and_falls_when_training() -> None:
     import torch
 
-    from fleetgui.demo.candidate_distill import (
+    from fleetgui.training.continuations import continue_prompts
+    from fleetgui.training.draft_distiller.candidates import (
         CandidateLoss,
         candidate_loss,
         make_distill_set,
         train_candidate_draft,
     )
-    from fleetgui.demo.continuations import continue_prompts
-    from fleetgui.demo.spec import TrainSchedule
+    from fleetgui.training.train import TrainSchedule
 
     target = _tiny_llama(seed=1)
     with torch.no_grad():  # tied like SmolLM2's, and peaked enough to have something to learn
@@ -139,8 +139,8 @@ def test_the_candidate_loss_is_zero_for_the_target_itself_and_falls_when_trainin
 
 
 def test_shared_out_batches_are_batched_the_same_way_again() -> None:
-    from fleetgui.demo.continuations import length_batches
-    from fleetgui.demo.target_answers import split_batches
+    from fleetgui.training.continuations import length_batches
+    from fleetgui.training.draft_distiller.target_answers import split_batches
 
     prompts = [[1] * n for n in (5, 3, 9, 3, 7, 1, 4, 4, 8, 2, 6)]
     batches = length_batches(prompts, 3)
@@ -152,8 +152,8 @@ def test_shared_out_batches_are_batched_the_same_way_again() -> None:
 
 
 def test_the_draft_builds_progress_fraction_uses_its_own_phases() -> None:
-    from fleetgui.demo.progress import BuildProgress, PhaseTracker
-    from fleetgui.demo.smollm2_draft import PHASE_WEIGHTS
+    from fleetgui.training.draft_distiller.distiller import PHASE_WEIGHTS
+    from fleetgui.training.progress import BuildProgress, PhaseTracker
 
     events: list[BuildProgress] = []
     phases = PhaseTracker(events.append, PHASE_WEIGHTS)

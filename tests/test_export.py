@@ -319,7 +319,7 @@ def test_chunked_stages_bound_conversion_and_run_like_whole_ones(
     export memory is bounded by a layer, not a stage; results do not change."""
     import asyncio
 
-    from fleetgui.runtime.generation import GenerationOptions
+    from fleetgui.generation_config import GenerationConfig
     from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
     from fleetgui.runtime.ov_stage import StageConfig
 
@@ -342,7 +342,7 @@ def test_chunked_stages_bound_conversion_and_run_like_whole_ones(
         config = StageConfig(precision="f32")
         pipe = load_local_pipeline(folder, config=LocalPipelineConfig(stage=config))
         try:
-            options = GenerationOptions(max_new_tokens=24)
+            options = GenerationConfig(max_new_tokens=24)
             return (await pipe.complete("import sys", options)).token_ids
         finally:
             await pipe.close()

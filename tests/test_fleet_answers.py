@@ -33,14 +33,15 @@ from fleet_support import (
 from runtime_support import EXACT, export, reference_greedy
 
 from fleetgui.export.manifest import read_manifest
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.deploy import load_meta, stage_files
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.ring.shard_push import load_meta, stage_files
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.forward_codec import result_from_message
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Flags, Message, Op, RemoteError, encode
 from fleetgui.net.secure_socket import SecureClient
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.stage import ForwardRequest
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 from fleetgui.worker.blob_store import STALE_PARTIAL_S
@@ -398,14 +399,14 @@ def test_forwards_outside_the_stage_contract_are_answered_and_other_streams_go_o
     tokenizer = Tokenizer(tokenizer_dir_of(exports["2"]))
     ids = tokenizer.encode(PROMPT)
     reference = reference_greedy(exports["mono"], ids, N_NEW)
-    greedy = GenerationOptions(max_new_tokens=N_NEW)
+    greedy = GenerationConfig(max_new_tokens=N_NEW)
 
     async def main() -> None:
         session = FleetSession(identity, CoordinatorConfig(local=EXACT))
         await session.connect([worker.endpoint])
         await session.deploy(exports["2"])
         try:
-            ring = session.ring
+            ring = session.deployment.ring
             assert ring is not None and [m.name for m in ring.members] == [worker.name]
             link = ring.members[0]
             first = ring.local[0]

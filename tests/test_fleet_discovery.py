@@ -20,7 +20,7 @@ import zmq.asyncio
 
 from fleetgui.addresses import parse_address
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.manual_workers import ManualDiscovery, ManualWorkers, ManualWorkersError
+from fleetgui.fleet.pairing.manual_workers import ManualDiscovery, ManualWorkers, ManualWorkersError
 from fleetgui.net import discovery
 from fleetgui.net.discovery import (
     DiscoveryEvent,

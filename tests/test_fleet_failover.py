@@ -1,15 +1,15 @@
-"""Failing over several workers lost at once (``fleet.assignment``): pure functions over plain
-data. The fleet tests (test_fleet_ring.py) kill real workers; these pin down what memory each
+"""Failing over several workers lost at once (``fleet.placement.assignment``): pure functions over
+plain data. The fleet tests (test_fleet_ring.py) kill real workers; these pin down what memory each
 PC has left between two losses, which real tiny models never run short of."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleetgui.fleet.assignment import (
+from fleetgui.fleet.placement.assignment import (
     Assignment,
     Member,
-    StageUnit,
+    StageToPlace,
     UnplacedStagesError,
     failover_all,
     need_bytes,
@@ -18,7 +18,7 @@ from fleetgui.fleet.assignment import (
 )
 from fleetgui.shard import even_split
 
-UNITS = [StageUnit(i, s, 400_000) for i, s in enumerate(even_split("m", 8, 4))]  # 2 layers each
+UNITS = [StageToPlace(i, s, 400_000) for i, s in enumerate(even_split("m", 8, 4))]  # 2 layers each
 ONE = need_bytes(UNITS, [1])  # what one stage needs (weights plus overhead)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fleetgui.cli import main
-from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.pairing.known_workers import KnownWorkers, WorkerKeyChangedError
 from fleetgui.net.forward_codec import encode_forward, request_from_message
 from fleetgui.net.keys import (
     KEYRING_SERVICE,

@@ -16,10 +16,15 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from runtime_support import EXACT_STAGE, export
 
-from fleetgui.export.manifest import FileEntry, Manifest, StageEntry
-from fleetgui.fleet.deploy import push_files
-from fleetgui.fleet.link import Dispatcher, LinkConfig, WorkerLink
-from fleetgui.fleet.profiling import ProfileError, choose_probe, profile_here, profile_worker
+from fleetgui.export.manifest import FileEntry, Manifest, ManifestStage
+from fleetgui.fleet.profiling.probe_stage import (
+    ProfileError,
+    choose_probe,
+    profile_here,
+    profile_worker,
+)
+from fleetgui.fleet.ring.link import Dispatcher, LinkConfig, WorkerLink
+from fleetgui.fleet.ring.shard_push import push_files
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import ErrorCode, Message, Op, RemoteError
 
@@ -29,14 +34,16 @@ FAST_LINKS = LinkConfig(heartbeat_interval_s=0.1, lost_after_s=1.0)
 # -- which stage is timed (pure, on manifests) ------------------------------------------------
 
 
-def _entry(index: int, start: int, end: int, parts: tuple[tuple[int, int], ...] = ()) -> StageEntry:
+def _entry(
+    index: int, start: int, end: int, parts: tuple[tuple[int, int], ...] = ()
+) -> ManifestStage:
     names = [f"stage_{s}-{e}" for s, e in parts] or [f"stage_{start}-{end}"]
     files = tuple(
         FileEntry(f"{name}{suffix}", f"{index:02d}{i:02d}{j}".ljust(64, "0"), 100)
         for i, name in enumerate(names)
         for j, suffix in enumerate((".xml", ".bin"))
     )
-    return StageEntry(
+    return ManifestStage(
         index,
         start,
         end,
@@ -48,7 +55,9 @@ def _entry(index: int, start: int, end: int, parts: tuple[tuple[int, int], ...] 
     )
 
 
-def _write(folder: Path, stages: list[StageEntry], n_layers: int, layout: str = "stages") -> Path:
+def _write(
+    folder: Path, stages: list[ManifestStage], n_layers: int, layout: str = "stages"
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     manifest = Manifest("tiny", "0" * 64, "llama", n_layers, 64, 100, "int4", tuple(stages))
     replace(manifest, layout=layout).write(folder)
@@ -258,8 +267,8 @@ def test_a_pc_that_cannot_be_measured_keeps_its_estimate_and_the_preview_says_wh
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     pytest.importorskip("PySide6")
-    from fleetgui.app.layer_times import measure_devices
-    from fleetgui.fleet.session_config import WorkerEndpoint
+    from fleetgui.fleet.profiling.layer_times import measure_devices
+    from fleetgui.fleet.ring.link import WorkerEndpoint
     from fleetgui.planner import DeviceProfile
     from fleetgui.worker.service import free_port_pair
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.forward_codec import (
     decode_forward,
     decode_result,
@@ -38,7 +39,7 @@ from fleetgui.net.protocol import (
     raise_if_error,
 )
 from fleetgui.net.wire_dtypes import DType
-from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.runtime.head import SparseDist
 from fleetgui.runtime.stage import (
     ForwardRequest,
     ForwardResult,
@@ -51,7 +52,7 @@ from fleetgui.runtime.stage import (
 )
 
 RNG = np.random.default_rng(0)
-PARAMS = SamplingParams(temperature=0.7, top_k=40, top_p=0.9, seed=1234)
+PARAMS = GenerationConfig(temperature=0.7, top_k=40, top_p=0.9, seed=1234)
 DIST_A = SparseDist.from_dense([0.1, 0.0, 0.6, 0.3])  # float32
 DIST_B = SparseDist.from_dense([0.5, 0.5, 0.0, 0.0, 0.0], dtype=np.float64)
 
@@ -74,7 +75,7 @@ HEADS: dict[str, HeadOp | None] = {
     "greedy": GreedyHead(),
     "logits": LogitsHead(),
     "sample": SampleHead(PARAMS, 0.25),
-    "sample-unseeded": SampleHead(SamplingParams(temperature=1.0), 0.0),
+    "sample-unseeded": SampleHead(GenerationConfig(temperature=1.0), 0.0),
     "verify-greedy": VerifyGreedyHead((5, 7, 11)),
     "verify-greedy-k0": VerifyGreedyHead(()),
     "verify-sample": VerifySampleHead(PARAMS, (2, 0), (DIST_A, DIST_A), (0.1, 0.9), 0.5),

@@ -12,16 +12,22 @@ import pytest
 from fleet_support import StopStartThrottle, coordinator_identity, running_workers
 from runtime_support import EXACT, export, reference_greedy
 
-from fleetgui.fleet.assignment import Assignment, Member
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.replanner import LiveReplanner, PlanContext, ReplanConfig, SpeedMonitor
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.fleet.placement.assignment import Assignment, Member
+from fleetgui.fleet.replanning.live_replanner import (
+    LiveReplanner,
+    PlanContext,
+    ReplanConfig,
+    SpeedMonitor,
+)
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.info_probe import probe
 from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile, PlanConfig, load_model_profile
 from fleetgui.planner.model_profile import ModelProfile
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 from fleetgui.shard import even_split
 
@@ -171,7 +177,7 @@ async def _chat(session: FleetSession, on_token: Callable[[int], None]) -> Gener
     pipe = session.pipeline()
     result = None
     seen = 0
-    async for item in pipe.stream(PROMPT, GenerationOptions(max_new_tokens=N_NEW)):
+    async for item in pipe.stream(PROMPT, GenerationConfig(max_new_tokens=N_NEW)):
         if isinstance(item, GenerationResult):
             result = item
         else:
@@ -184,7 +190,7 @@ async def _chat(session: FleetSession, on_token: Callable[[int], None]) -> Gener
 
 async def _assert_new_chat_is_exact(session: FleetSession, reference: list[int]) -> None:
     """A new chat on the re-planned fleet gives the monolithic model's text too."""
-    again = await session.pipeline().complete(PROMPT, GenerationOptions(max_new_tokens=N_NEW))
+    again = await session.pipeline().complete(PROMPT, GenerationConfig(max_new_tokens=N_NEW))
     assert again.token_ids == reference
 
 
@@ -224,16 +230,18 @@ def test_fleet_moves_a_stage_off_a_worker_that_slows_down(
                 throttle.__exit__()
             try:
                 assert result.token_ids == reference
-                events = session.replanner.events
-                assert session.rebalances >= 1, events
+                events = session.replanning.replanner.events
+                assert session.deployment.rebalances >= 1, events
                 replans = [e for e in events if "re-planned" in e]
                 assert replans[0].startswith("b changed speed"), events
                 # On a quiet machine that one re-plan gives b's stage to a and nothing follows;
                 # beside 4 CPU hogs a then read 4.3x slower with both stages and a second
                 # re-plan took them to the coordinator. Either way b runs nothing.
-                if session.rebalances == 1:
-                    assert session.assignment == Assignment((0,), (Member("a", (1, 2)),), ("b",))
-                assert "b" in session.assignment.spares, session.assignment
+                if session.deployment.rebalances == 1:
+                    assert session.deployment.assignment == Assignment(
+                        (0,), (Member("a", (1, 2)),), ("b",)
+                    )
+                assert "b" in session.deployment.assignment.spares, session.deployment.assignment
                 host, port = b.address.rsplit(":", 1)
                 assert not (await probe(host, int(port))).busy  # b's stage was unloaded
                 await _assert_new_chat_is_exact(session, reference)
@@ -257,7 +265,8 @@ def test_after_a_failover_onto_a_slow_spare_the_fleet_replans(
             session = _session(identity)
             await session.connect([a.endpoint, b.endpoint, c.endpoint])
             await session.deploy(staged)
-            assert session.assignment is not None and session.assignment.spares == ("c",)
+            assignment = session.deployment.assignment
+            assert assignment is not None and assignment.spares == ("c",)
             profile = load_model_profile(staged)
             devices = (device("pc", 3.0), device("a", 1.0), device("b", 1.0), device("c", 4.0))
             session.replan_with(
@@ -266,13 +275,15 @@ def test_after_a_failover_onto_a_slow_spare_the_fleet_replans(
             try:
                 result = await _chat(session, lambda seen: b.kill() if seen == 8 else None)
                 assert result.token_ids == reference
-                assert session.failovers == ["b"]
+                assert session.failover.failovers == ["b"]
                 for _ in range(100):  # the re-plan runs after the failover, in the background
-                    if session.rebalances:
+                    if session.deployment.rebalances:
                         break
                     await asyncio.sleep(0.05)
-                assert session.rebalances == 1, session.replanner.events
-                assert session.assignment == Assignment((0,), (Member("a", (1, 2)),), ("c",))
+                assert session.deployment.rebalances == 1, session.replanning.replanner.events
+                assert session.deployment.assignment == Assignment(
+                    (0,), (Member("a", (1, 2)),), ("c",)
+                )
                 await _assert_new_chat_is_exact(session, reference)
             finally:
                 await session.close()

@@ -12,11 +12,14 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
 
-from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.assembler import aopen
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.replicas import ReplicatedPipeline
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.net.keys import KeyPair
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult, TokenDelta
+from fleetgui.runtime.generation import GenerationResult, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
 
@@ -30,7 +33,7 @@ CONFIG = CoordinatorConfig(
     worker_precision="f32",
     worker_threads=1,
 )
-GREEDY = GenerationOptions(max_new_tokens=SMOLLM2_NEW_TOKENS)
+GREEDY = GenerationConfig(max_new_tokens=SMOLLM2_NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,22 @@ def workers(root: Path, identity: KeyPair) -> Iterator[list[WorkerProcess]]:
         yield started
 
 
+async def _replicas(export: Path, workers: list[WorkerProcess], identity: KeyPair) -> LLMPipeline:
+    """A whole copy of ``export`` on each worker, as ``fleetgui.open(layout="replicas")``."""
+    return await aopen(
+        export,
+        workers=[w.endpoint for w in workers],
+        layout="replicas",
+        identity=identity,
+        coordinator=CONFIG,
+    )
+
+
+def _replicated(llm: LLMPipeline) -> ReplicatedPipeline:
+    assert isinstance(llm.runtime, ReplicatedPipeline)
+    return llm.runtime
+
+
 def test_two_streams_on_two_copies_each_give_the_unsplit_models_text(
     smollm2_fp32_exports: dict[int, Path],
     smollm2_references: dict[str, list[int]],
@@ -60,17 +79,19 @@ def test_two_streams_on_two_copies_each_give_the_unsplit_models_text(
     workers: list[WorkerProcess],
 ) -> None:
     async def main() -> list[GenerationResult]:
-        copies = await open_copies(
-            smollm2_fp32_exports[2], [[w.endpoint] for w in workers], identity, CONFIG
-        )
+        llm = await _replicas(smollm2_fp32_exports[2], workers, identity)
+        copies = _replicated(llm)
         try:
             assert [r.name for r in copies.replicas] == ["a", "b"]
-            assert all(r.session.assignment.members[0].indices == (0, 1) for r in copies.replicas)
+            assert all(
+                r.session.deployment.assignment.members[0].indices == (0, 1)
+                for r in copies.replicas
+            )
             results = await asyncio.gather(*(copies.complete(p, GREEDY) for p in SMOLLM2_PROMPTS))
             assert [r.served for r in copies.replicas] == [1, 1]  # one stream on each copy
             return results
         finally:
-            await copies.close()
+            await llm.aclose()
 
     results = asyncio.run(main())
     for prompt, result in zip(SMOLLM2_PROMPTS, results, strict=True):
@@ -100,14 +121,12 @@ def test_a_copy_killed_mid_reply_is_replayed_on_the_other_with_the_same_text(
         return text, result
 
     async def run() -> tuple[str, GenerationResult, ReplicatedPipeline]:
-        copies = await open_copies(
-            smollm2_fp32_exports[2], [[w.endpoint] for w in workers], identity, CONFIG
-        )
+        llm = await _replicas(smollm2_fp32_exports[2], workers, identity)
         try:
-            text, result = await main(copies)
-            return text, result, copies
+            text, result = await main(_replicated(llm))
+            return text, result, _replicated(llm)
         finally:
-            await copies.close()
+            await llm.aclose()
 
     text, result, copies = asyncio.run(run())
     assert result.token_ids == smollm2_references[prompt]

@@ -30,16 +30,17 @@ from runtime_support import EXACT, export, perturbed_copy, reference_greedy
 from runtime_support import pipeline as runtime_pipeline
 
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.deploy import DeployProgress, push_files, stage_files
-from fleetgui.fleet.fleet_too_small import FleetTooSmallError
-from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.ring_route import RingRoute
-from fleetgui.fleet.session_config import CoordinatorConfig, LinkReason, LinkState
+from fleetgui.fleet.placement.fleet_too_small import FleetTooSmallError
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.ring.route import RingRoute
+from fleetgui.fleet.ring.shard_push import DeployProgress, push_files, stage_files
+from fleetgui.fleet.session.config import CoordinatorConfig, LinkReason, LinkState
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Message, Op, RemoteError
 from fleetgui.net.secure_socket import SecureClient, WorkerRefusedKeyError
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
@@ -109,11 +110,9 @@ async def _session(
     return session
 
 
-def _greedy(mode: str) -> GenerationOptions:
+def _greedy(mode: str) -> GenerationConfig:
     speculative = mode != "pp"
-    return GenerationOptions(
-        max_new_tokens=N_NEW, speculative=speculative, k=3 if speculative else None
-    )
+    return GenerationConfig(max_new_tokens=N_NEW, k=3 if speculative else "off")
 
 
 @pytest.mark.parametrize("n_workers", [2, 3])
@@ -131,7 +130,8 @@ def test_fleet_greedy_matches_monolithic(
     async def main() -> None:
         session = await _session(identity, workers[:n_workers], export_dir)
         try:
-            assert [len(m.indices) for m in session.assignment.members] == [1] * n_workers
+            members = session.deployment.assignment.members
+            assert [len(m.indices) for m in members] == [1] * n_workers
             pipe = session.pipeline(draft_dir=exports["draft"] if mode != "pp" else None)
             assert pipe.route.n_stages == n_workers + 1
             prompts = PROMPTS if mode == "pp+sd+mb" else PROMPTS[:1]
@@ -177,7 +177,7 @@ def test_the_coordinators_short_passes_run_on_its_event_loop_thread(
             stage.forward_blocking = watched  # type: ignore[method-assign]
             for budget_ms in (60_000.0, 0.0):
                 pipe.route.config = replace(pipe.route.config, inline_ms=budget_ms)
-                result = await pipe.complete(PROMPTS[0], GenerationOptions(max_new_tokens=N_NEW))
+                result = await pipe.complete(PROMPTS[0], GenerationConfig(max_new_tokens=N_NEW))
                 runs.append((result.token_ids, list(calls)))
                 calls.clear()
         finally:
@@ -208,7 +208,7 @@ async def _generate_and_kill(
     pipe = session.pipeline(draft_dir=options.pop("draft", None))  # type: ignore[arg-type]
     seen = 0
     result = None
-    async for item in pipe.stream(prompt, GenerationOptions(max_new_tokens=N_NEW, **options)):  # type: ignore[arg-type]
+    async for item in pipe.stream(prompt, GenerationConfig(max_new_tokens=N_NEW, **options)):  # type: ignore[arg-type]
         if isinstance(item, GenerationResult):
             result = item
         else:
@@ -239,13 +239,13 @@ def test_lost_worker_spare_takes_over(
         async def main() -> None:
             session = await _session(identity, ws, exports["3"])
             try:
-                assert session.assignment.spares == ("c",)
+                assert session.deployment.assignment.spares == ("c",)
                 started = time.monotonic()
                 result = await _generate_and_kill(session, ws[1], PROMPTS[0], 8, how=how)
                 assert result.token_ids == references[PROMPTS[0]]
                 assert time.monotonic() - started < FAST_LINKS.lost_after_s + 10
-                assert session.failovers == ["b"]
-                assert [m.name for m in session.assignment.members] == ["a", "c"]
+                assert session.failover.failovers == ["b"]
+                assert [m.name for m in session.deployment.assignment.members] == ["a", "c"]
             finally:
                 await session.close()
                 if how == "hang" and ws[1].process is not None:
@@ -487,10 +487,10 @@ def test_kill_worker_neighbour_takes_layers_and_worker_rejoins(
             await session.deploy(exports["4"])
             try:
                 result = await _generate_and_kill(
-                    session, ws[1], PROMPTS[0], 6, speculative=True, k=3, draft=exports["draft"]
+                    session, ws[1], PROMPTS[0], 6, k=3, draft=exports["draft"]
                 )
                 assert result.token_ids == references[PROMPTS[0]]
-                members = {m.name: m.indices for m in session.assignment.members}
+                members = {m.name: m.indices for m in session.deployment.assignment.members}
                 assert set(members) == {"a", "c"}
                 assert sorted(members["a"] + members["c"]) == [1, 2, 3]
                 restarted = replace(ws[1], args=_same_port(ws[1]))
@@ -502,7 +502,7 @@ def test_kill_worker_neighbour_takes_layers_and_worker_rejoins(
                     await asyncio.sleep(0.25)
                 assert ("b", LinkState.LOST) in [e[:2] for e in events]
                 assert ("b", LinkState.ONLINE, LinkReason.REJOINED) in events
-                assert "b" in session.assignment.spares
+                assert "b" in session.deployment.assignment.spares
                 again = await session.pipeline().complete(PROMPTS[1], _greedy("pp"))
                 assert again.token_ids == references[PROMPTS[1]]
             finally:
@@ -606,7 +606,7 @@ def test_deploy_is_cached_resumable_and_resends_a_corrupted_file(
         async def main() -> None:
             session = FleetSession(identity, _config())
             await session.connect([worker.endpoint])
-            link = session.links["d1"]
+            link = session.workers.links["d1"]
             try:
                 # An upload interrupted after its first chunk resumes there.
                 progress: list[DeployProgress] = []
@@ -702,7 +702,7 @@ def test_generate_cli_exits_with_one_clear_error_when_both_workers_die(
     async def uninterrupted() -> GenerationResult:
         local = runtime_pipeline(exports["3"])
         try:
-            return await local.complete(PROMPTS[0], GenerationOptions(max_new_tokens=n_new))
+            return await local.complete(PROMPTS[0], GenerationConfig(max_new_tokens=n_new))
         finally:
             await local.close()
 

@@ -15,22 +15,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fleetgui.runtime.head import (
-    SamplingParams,
-    SparseDist,
-    probabilities,
-    sample,
-)
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.head import SparseDist, probabilities, sample
 from fleetgui.runtime.verification import uniforms_for_round, verify_greedy, verify_sampling
 
 # --------------------------------------------------------------------------------------------
-# SamplingParams
+# GenerationConfig
 
 
-def test_sampling_params_defaults_are_greedy() -> None:
-    params = SamplingParams()
-    assert params.greedy
-    assert not SamplingParams(temperature=0.7).greedy
+def test_the_default_config_is_greedy() -> None:
+    config = GenerationConfig()
+    assert config.greedy
+    assert not GenerationConfig(temperature=0.7).greedy
 
 
 @pytest.mark.parametrize(
@@ -48,23 +44,23 @@ def test_sampling_params_defaults_are_greedy() -> None:
         ({"seed": -3}, r"seed must be a non-negative integer"),
     ],
 )
-def test_invalid_sampling_params_raise_clear_errors(kwargs: dict[str, float], message: str) -> None:
+def test_invalid_sampling_values_raise_clear_errors(kwargs: dict[str, float], message: str) -> None:
+    config = GenerationConfig(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message):
-        SamplingParams(**kwargs)  # type: ignore[arg-type]
+        config.check_sampling()
+    with pytest.raises(ValueError, match=message):
+        config.check()
 
 
-def test_validate_catches_values_set_behind_the_constructor() -> None:
-    params = SamplingParams(temperature=1.0)
-    object.__setattr__(params, "top_p", 0.0)
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
-        params.validate()
+def test_the_head_checks_the_sampling_values_it_is_given() -> None:
+    config = GenerationConfig(temperature=1.0, top_p=0.0)  # as a peer might send it
     with pytest.raises(ValueError, match=r"top_p"):
-        probabilities(np.zeros(4, dtype=np.float32), params)
+        probabilities(np.zeros(4, dtype=np.float32), config)
 
 
 def test_make_rng_is_seeded() -> None:
-    a = SamplingParams(temperature=1.0, seed=7).make_rng().random(3)
-    b = SamplingParams(temperature=1.0, seed=7).make_rng().random(3)
+    a = GenerationConfig(temperature=1.0, seed=7).make_rng().random(3)
+    b = GenerationConfig(temperature=1.0, seed=7).make_rng().random(3)
     np.testing.assert_array_equal(a, b)
 
 
@@ -76,18 +72,18 @@ def test_temperature_scaling_matches_hand_computation() -> None:
     logits = np.array([1.0, 2.0, 3.0], dtype=np.float32)
     weights = np.exp(np.array([0.5, 1.0, 1.5]))  # logits / 2
     expected = weights / weights.sum()
-    got = probabilities(logits, SamplingParams(temperature=2.0))
+    got = probabilities(logits, GenerationConfig(temperature=2.0))
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     # Low temperature sharpens, high temperature flattens.
-    cold = probabilities(logits, SamplingParams(temperature=0.25))
-    hot = probabilities(logits, SamplingParams(temperature=8.0))
+    cold = probabilities(logits, GenerationConfig(temperature=0.25))
+    hot = probabilities(logits, GenerationConfig(temperature=8.0))
     assert cold[2] > got[2] > hot[2] > 1 / 3
 
 
 def test_softmax_is_numerically_safe() -> None:
     logits = np.array([1e4, 1e4 - 1.0, -1e4, -np.inf], dtype=np.float32)
-    got = probabilities(logits, SamplingParams(temperature=1.0))
+    got = probabilities(logits, GenerationConfig(temperature=1.0))
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got[:2], [1 / (1 + np.e**-1), np.e**-1 / (1 + np.e**-1)])
     assert got[3] == 0.0
@@ -99,20 +95,20 @@ def test_softmax_is_numerically_safe() -> None:
 )
 def test_bad_logits_raise(logits: list[float]) -> None:
     with pytest.raises(ValueError, match="logits"):
-        probabilities(np.array(logits, dtype=np.float32), SamplingParams(temperature=1.0))
+        probabilities(np.array(logits, dtype=np.float32), GenerationConfig(temperature=1.0))
 
 
 def test_top_k_keeps_exactly_k_with_ties_broken_by_id() -> None:
     logits = np.array([1.0, 3.0, 3.0, 2.0, 3.0], dtype=np.float32)
-    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=2))
+    got = probabilities(logits, GenerationConfig(temperature=1.0, top_k=2))
     # Three tokens tie for the top; the two lowest ids win and share the mass equally.
     np.testing.assert_allclose(got, [0.0, 0.5, 0.5, 0.0, 0.0])
-    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=4))
+    got = probabilities(logits, GenerationConfig(temperature=1.0, top_k=4))
     assert np.count_nonzero(got) == 4 and got[0] == 0.0
     w = np.exp([3.0, 3.0, 2.0, 3.0])
     np.testing.assert_allclose(got[1:], w / w.sum(), rtol=1e-12)
     # top_k >= V is no cut.
-    full = probabilities(logits, SamplingParams(temperature=1.0, top_k=9))
+    full = probabilities(logits, GenerationConfig(temperature=1.0, top_k=9))
     assert np.count_nonzero(full) == 5
 
 
@@ -132,7 +128,7 @@ def test_top_k_keeps_exactly_k_with_ties_broken_by_id() -> None:
 def test_top_p_keeps_the_minimal_nucleus(top_p: float, kept: set[int]) -> None:
     target = np.array([0.1, 0.4, 0.2, 0.3])
     logits = np.log(target).astype(np.float64)
-    got = probabilities(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    got = probabilities(logits, GenerationConfig(temperature=1.0, top_p=top_p))
     assert set(np.flatnonzero(got).tolist()) == kept
     ids = sorted(kept)
     np.testing.assert_allclose(got[ids], target[ids] / target[ids].sum(), rtol=1e-9)
@@ -140,9 +136,9 @@ def test_top_p_keeps_the_minimal_nucleus(top_p: float, kept: set[int]) -> None:
 
 def test_top_p_ties_broken_by_id_and_at_least_one_token() -> None:
     logits = np.array([2.0, 1.0, 2.0, 2.0], dtype=np.float32)  # three ~0.30 and one ~0.11
-    got = probabilities(logits, SamplingParams(temperature=1.0, top_p=0.5))
+    got = probabilities(logits, GenerationConfig(temperature=1.0, top_p=0.5))
     np.testing.assert_allclose(got, [0.5, 0.0, 0.5, 0.0])
-    tiny = probabilities(logits, SamplingParams(temperature=1.0, top_p=1e-9))
+    tiny = probabilities(logits, GenerationConfig(temperature=1.0, top_p=1e-9))
     np.testing.assert_array_equal(tiny, [1.0, 0.0, 0.0, 0.0])
 
 
@@ -150,7 +146,7 @@ def test_top_p_applies_to_the_renormalised_top_k_distribution() -> None:
     logits = np.log([0.5, 0.3, 0.2])
     # After top-k=2 the distribution is [0.625, 0.375]: top_p=0.6 keeps the first token only
     # (on the un-renormalised distribution 0.5 < 0.6 would keep two).
-    got = probabilities(logits, SamplingParams(temperature=1.0, top_k=2, top_p=0.6))
+    got = probabilities(logits, GenerationConfig(temperature=1.0, top_k=2, top_p=0.6))
     np.testing.assert_array_equal(got, [1.0, 0.0, 0.0])
 
 
@@ -159,8 +155,8 @@ def test_top_p_on_a_large_vocabulary_matches_a_full_sort() -> None:
     logits = (rng.standard_normal(50_000) * 2).astype(np.float32)
     logits[rng.integers(0, 50_000, 500)] = 4.0  # many exact ties
     for temperature, top_p in [(0.7, 0.5), (1.0, 0.9), (3.0, 0.97)]:
-        got = probabilities(logits, SamplingParams(temperature=temperature, top_p=top_p))
-        full = probabilities(logits, SamplingParams(temperature=temperature))
+        got = probabilities(logits, GenerationConfig(temperature=temperature, top_p=top_p))
+        full = probabilities(logits, GenerationConfig(temperature=temperature))
         order = np.argsort(-full, kind="stable")
         mass_before = np.concatenate([[0.0], np.cumsum(full[order])[:-1]])
         expected = np.sort(order[mass_before < top_p - 1e-9])
@@ -170,7 +166,7 @@ def test_top_p_on_a_large_vocabulary_matches_a_full_sort() -> None:
 
 def test_greedy_is_one_hot_argmax_with_lowest_id_on_ties() -> None:
     logits = np.array([0.5, 2.0, -1.0, 2.0], dtype=np.float32)
-    for params in [SamplingParams(), SamplingParams(temperature=0.0, top_k=1, top_p=0.3)]:
+    for params in [GenerationConfig(), GenerationConfig(temperature=0.0, top_k=1, top_p=0.3)]:
         np.testing.assert_array_equal(probabilities(logits, params), [0.0, 1.0, 0.0, 0.0])
 
 
@@ -179,11 +175,11 @@ def test_rows_are_handled_independently() -> None:
     rows = rng.standard_normal((5, 40)).astype(np.float32)
     rows[3] = 0.0  # a flat row: every cut is decided by ids
     for params in [
-        SamplingParams(),
-        SamplingParams(temperature=0.8),
-        SamplingParams(temperature=1.3, top_k=7),
-        SamplingParams(temperature=1.0, top_p=0.6),
-        SamplingParams(temperature=0.9, top_k=10, top_p=0.8),
+        GenerationConfig(),
+        GenerationConfig(temperature=0.8),
+        GenerationConfig(temperature=1.3, top_k=7),
+        GenerationConfig(temperature=1.0, top_p=0.6),
+        GenerationConfig(temperature=0.9, top_k=10, top_p=0.8),
     ]:
         batch = probabilities(rows, params)
         assert batch.shape == rows.shape
@@ -196,7 +192,7 @@ def test_rows_are_handled_independently() -> None:
 
 def test_bad_logits_shape_raises() -> None:
     with pytest.raises(ValueError, match=r"shape \[V\] or \[N, V\]"):
-        probabilities(np.zeros((2, 3, 4), dtype=np.float32), SamplingParams(temperature=1.0))
+        probabilities(np.zeros((2, 3, 4), dtype=np.float32), GenerationConfig(temperature=1.0))
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from runtime_support import export, pipeline
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer, tokenizer_dir_of
 
 TEXTS = (
@@ -80,10 +80,10 @@ def test_pipeline_stops_at_a_stop_string(exported: Path) -> None:
     async def main() -> None:
         pipe = pipeline(exported)
         try:
-            free = await pipe.complete("import os", GenerationOptions(max_new_tokens=30))
+            free = await pipe.complete("import os", GenerationConfig(max_new_tokens=30))
             stop = free.text[len(free.text) // 2 : len(free.text) // 2 + 3]
             assert stop.strip(), "the tiny model's text should have something to stop at"
-            options = GenerationOptions(max_new_tokens=30, stop_strings=(stop,))
+            options = GenerationConfig(max_new_tokens=30, stop=(stop,))
             pieces = []
             result = None
             async for item in pipe.stream("import os", options):

@@ -1,4 +1,4 @@
-"""The local fleet's worker processes (``fleetgui.fleet.local_fleet``, ``local_worker``): real
+"""The local fleet's worker processes (``fleetgui.fleet.local_fleet.fleet``, ``local_worker``): real
 ``fleetgui worker`` processes pinned to a core, paired with the fleet's coordinator key, killed
 and restarted where they were, and ended with the fleet."""
 
@@ -11,8 +11,8 @@ import psutil
 import pytest
 from test_fleet_admission import hello
 
-from fleetgui.fleet.local_fleet import LocalFleet
-from fleetgui.fleet.local_worker import WorkerOptions, pinned
+from fleetgui.fleet.local_fleet.fleet import LocalFleet
+from fleetgui.fleet.local_fleet.worker_process import WorkerOptions, pinned
 from fleetgui.net.protocol import Op
 
 

@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 from runtime_support import EXACT, export, pipeline
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.draft_source import NGRAM, draft_label, parse_draft
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
-from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.runtime.generation import GenerationResult
+from fleetgui.runtime.head import SparseDist
 from fleetgui.runtime.metrics import MetricEvent, SpeculationRound
 from fleetgui.runtime.ngram_draft import NgramDraft, NgramIndex
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.verification import verify_sampling
 
-GREEDY = SamplingParams()
+GREEDY = GenerationConfig()
 N_NEW = 48
 # prompts the tiny demo target (trained on Python source) continues with text it repeats
 CODE_PROMPTS = (
@@ -217,7 +218,7 @@ def _plain(export_dir: Path, prompts: tuple[str, ...]) -> dict[str, list[int]]:
     async def main() -> dict[str, list[int]]:
         pipe = pipeline(export_dir)
         try:
-            options = GenerationOptions(max_new_tokens=N_NEW)
+            options = GenerationConfig(max_new_tokens=N_NEW)
             return {p: (await pipe.complete(p, options)).token_ids for p in prompts}
         finally:
             await pipe.close()
@@ -232,13 +233,13 @@ def test_pp_sd_with_ngram_is_exact_and_accepts_on_repetitive_text(
     references = _plain(demo_exports["2"], CODE_PROMPTS)
     rounds: list[MetricEvent] = []
 
-    async def main() -> dict[tuple[int | None, str], GenerationResult]:
+    async def main() -> dict[tuple[int | str, str], GenerationResult]:
         pipe = pipeline(demo_exports["2"], draft=NGRAM)
         pipe.metrics.subscribe(rounds.append)
         out = {}
         try:
-            for k in (1, 3, 8, None):
-                options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=k)
+            for k in (1, 3, 8, "auto"):
+                options = GenerationConfig(max_new_tokens=N_NEW, k=k)
                 for prompt in CODE_PROMPTS:
                     out[k, prompt] = await pipe.complete(prompt, options)
         finally:
@@ -249,7 +250,7 @@ def test_pp_sd_with_ngram_is_exact_and_accepts_on_repetitive_text(
     for (k, prompt), result in results.items():
         assert result.token_ids == references[prompt], (k, prompt)
         assert result.acceptance_rate is not None and result.acceptance_rate > 0.2, (k, prompt)
-        if k is not None:
+        if isinstance(k, int):
             assert max(result.ks) <= k
     speculation = [e for e in rounds if isinstance(e, SpeculationRound)]
     assert any(e.accepted == e.k for e in speculation)  # whole proposals accepted...
@@ -265,7 +266,7 @@ def test_pp_sd_mb_three_streams_with_ngram_are_exact(demo_exports: dict[str, Pat
         try:
             return await asyncio.gather(
                 *(
-                    pipe.complete(p, GenerationOptions(max_new_tokens=N_NEW, speculative=True))
+                    pipe.complete(p, GenerationConfig(max_new_tokens=N_NEW, k="auto"))
                     for p in CODE_PROMPTS
                 )
             )
@@ -289,7 +290,7 @@ def test_k_auto_turns_ngram_speculation_off_on_text_that_never_repeats(
 
     async def main() -> tuple[list[GenerationResult], list[GenerationResult]]:
         pipe = pipeline(random_export, draft=NGRAM)
-        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True)
+        options = GenerationConfig(max_new_tokens=N_NEW, k="auto")
         try:
             alone = [await pipe.complete(p, options) for p in prompts]
             together = await asyncio.gather(*(pipe.complete(p, options) for p in prompts))
@@ -307,8 +308,7 @@ def test_k_auto_turns_ngram_speculation_off_on_text_that_never_repeats(
 
 @pytest.mark.slow
 def test_sampled_pp_sd_with_ngram_replays_with_its_seed(demo_exports: dict[str, Path]) -> None:
-    params = SamplingParams(temperature=0.8, top_p=0.95, seed=11)
-    options = GenerationOptions(max_new_tokens=N_NEW, sampling=params, speculative=True, k=4)
+    options = GenerationConfig(max_new_tokens=N_NEW, temperature=0.8, top_p=0.95, seed=11, k=4)
 
     async def main() -> list[GenerationResult]:
         pipe = pipeline(demo_exports["2"], draft=NGRAM)
@@ -373,16 +373,11 @@ def test_ngram_on_real_workers_is_exact(demo_exports: dict[str, Path], workdir: 
     request (one-hot draft distributions on the wire) the tokens it gives in process."""
     from fleet_support import coordinator_identity, running_workers
 
-    from fleetgui.fleet.coordinator import FleetSession
-    from fleetgui.fleet.session_config import CoordinatorConfig
+    from fleetgui.fleet.session.config import CoordinatorConfig
+    from fleetgui.fleet.session.session import FleetSession
 
     references = _plain(demo_exports["2"], CODE_PROMPTS)
-    sampled = GenerationOptions(
-        max_new_tokens=N_NEW,
-        sampling=SamplingParams(temperature=0.8, top_p=0.95, seed=11),
-        speculative=True,
-        k=4,
-    )
+    sampled = GenerationConfig(max_new_tokens=N_NEW, temperature=0.8, top_p=0.95, seed=11, k=4)
 
     async def in_process() -> list[int]:
         pipe = pipeline(demo_exports["2"], draft=NGRAM)
@@ -404,7 +399,7 @@ def test_ngram_on_real_workers_is_exact(demo_exports: dict[str, Path], workdir: 
             await session.connect(endpoints)
             await session.deploy(demo_exports["2"])
             pipe: Pipeline = session.pipeline(draft_dir=NGRAM)
-            options = GenerationOptions(max_new_tokens=N_NEW, speculative=True)
+            options = GenerationConfig(max_new_tokens=N_NEW, k="auto")
             alone = await pipe.complete(CODE_PROMPTS[0], options)
             together = await asyncio.gather(*(pipe.complete(p, options) for p in CODE_PROMPTS))
             return alone, list(together), await pipe.complete(CODE_PROMPTS[0], sampled)

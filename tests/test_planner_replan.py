@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleetgui.planner import (
-    DeviceLost,
-    NoPlanFitsError,
-    Plan,
-    PlanConfig,
-    ReplanError,
-    SpeedDrift,
-    replan,
-    solve,
-)
+from fleetgui.fleet.replanning.replan import DeviceLost, ReplanError, SpeedDrift, replan, rescore
+from fleetgui.planner import NoPlanFitsError, Plan, PlanConfig, solve
 from fleetgui.planner.examples import device, llama_8b_like, llama_70b_like
-from fleetgui.planner.replan import rescore
 
 FLEET = [
     device("coordinator", 16, 4.0),

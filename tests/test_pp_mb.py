@@ -51,8 +51,8 @@ def test_generate_pp_mb_runs_the_prompts_at_once_with_pp_s_tokens(
 
 def test_the_mode_panel_offers_pp_mb_with_streams_and_no_draft(qtbot: Any) -> None:
     pytest.importorskip("PySide6")
-    from fleetgui.app.mode import Mode
     from fleetgui.app.views.mode_panel import ModePanel
+    from fleetgui.modes import Mode
 
     panel = ModePanel()
     qtbot.addWidget(panel)

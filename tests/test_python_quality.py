@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fleetgui.demo.python_quality import block_prompts, distinct_ngram_share, valid_python_prefix
+from fleetgui.training.toy_pair.python_quality import (
+    block_prompts,
+    distinct_ngram_share,
+    valid_python_prefix,
+)
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from fleet_support import coordinator_identity, running_workers
 
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.link import LinkConfig
-from fleetgui.fleet.session_config import CoordinatorConfig
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import GenerationResult
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ PROMPTS = (
     "List three uses of a paperclip:",
     "Water boils at",
 )
-OPTIONS = GenerationOptions(max_new_tokens=32)
+OPTIONS = GenerationConfig(max_new_tokens=32)
 
 
 def test_streams_replayed_after_a_failover_keep_the_uninterrupted_text(
@@ -45,8 +46,8 @@ def test_streams_replayed_after_a_failover_keep_the_uninterrupted_text(
             try:
                 pipe = session.pipeline()
                 reference = {p: (await pipe.complete(p, OPTIONS)).token_ids for p in PROMPTS}
-                assert session.assignment is not None
-                assert [m.name for m in session.assignment.members] == ["a"]
+                assert session.deployment.assignment is not None
+                assert [m.name for m in session.deployment.assignment.members] == ["a"]
 
                 async def one(prompt: str) -> GenerationResult:
                     steps = 0
@@ -59,7 +60,7 @@ def test_streams_replayed_after_a_failover_keep_the_uninterrupted_text(
                     raise AssertionError("no result")
 
                 results = await asyncio.gather(*(one(p) for p in PROMPTS))
-                assert session.failovers == ["a"]
+                assert session.failover.failovers == ["a"]
                 return reference, list(results)
             finally:
                 await session.close()

@@ -15,8 +15,8 @@ import pytest
 from runtime_support import export, perturbed_copy, pipeline
 from scipy.stats import chi2_contingency
 
-from fleetgui.runtime.generation import GenerationError, GenerationOptions
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import GenerationError
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
     RequestFinished,
@@ -55,9 +55,12 @@ def test_same_seed_same_text_and_other_seed_differs(exports: dict) -> None:
                 (11, True),
                 (11, True),
             ):
-                params = SamplingParams(temperature=1.0, top_p=0.95, seed=seed)
-                options = GenerationOptions(
-                    max_new_tokens=24, sampling=params, speculative=speculative, k=3
+                options = GenerationConfig(
+                    max_new_tokens=24,
+                    temperature=1.0,
+                    top_p=0.95,
+                    seed=seed,
+                    k=3 if speculative else "off",
                 )
                 out.append((await pipe.complete("Once upon a time", options)).token_ids)
         finally:
@@ -85,11 +88,8 @@ def test_speculative_sampling_keeps_the_target_distribution(exports: dict) -> No
         try:
             for seed in range(n):
                 for speculative, counter in ((False, plain), (True, spec)):
-                    options = GenerationOptions(
-                        max_new_tokens=3,
-                        sampling=SamplingParams(seed=seed, **params),  # type: ignore[arg-type]
-                        speculative=speculative,
-                        k=2,
+                    options = GenerationConfig(
+                        max_new_tokens=3, seed=seed, **params, k=(2 if speculative else "off")
                     )
                     result = await pipe.complete("The harbour", options)
                     counter[tuple(result.token_ids[:3])] += 1
@@ -112,16 +112,16 @@ def test_speculative_sampling_keeps_the_target_distribution(exports: dict) -> No
 @pytest.mark.parametrize(
     ("prompt", "options", "message"),
     [
-        ("", GenerationOptions(), "prompt is empty"),
-        ("   ", GenerationOptions(), "prompt is empty"),
-        ("x " * 200, GenerationOptions(), "shorten it"),
-        ("hello", GenerationOptions(speculative=True, k=17), "between 1 and 16"),
-        ("hello", GenerationOptions(speculative=True, k=0), "between 1 and 16"),
-        ("hello", GenerationOptions(max_new_tokens=0), "at least 1"),
+        ("", GenerationConfig(), "prompt is empty"),
+        ("   ", GenerationConfig(), "prompt is empty"),
+        ("x " * 200, GenerationConfig(), "shorten it"),
+        ("hello", GenerationConfig(k=17), "between 1 and 16"),
+        ("hello", GenerationConfig(k=0), "between 1 and 16"),
+        ("hello", GenerationConfig(max_new_tokens=0), "at least 1"),
     ],
 )
 def test_bad_requests_are_clear_errors(
-    exports: dict, prompt: str, options: GenerationOptions, message: str
+    exports: dict, prompt: str, options: GenerationConfig, message: str
 ) -> None:
     async def main() -> None:
         pipe = pipeline(exports["2s"], draft=exports["draft"], context_limit=64)
@@ -129,7 +129,7 @@ def test_bad_requests_are_clear_errors(
             with pytest.raises(GenerationError, match=message):
                 await pipe.complete(prompt, options)
             # the pipeline still serves after a refused request
-            ok = await pipe.complete("hello", GenerationOptions(max_new_tokens=4))
+            ok = await pipe.complete("hello", GenerationConfig(max_new_tokens=4))
             assert len(ok.token_ids) == 4
         finally:
             await pipe.close()
@@ -142,7 +142,7 @@ def test_speculative_without_draft_is_refused(exports: dict) -> None:
         pipe = pipeline(exports["2s"])
         try:
             with pytest.raises(GenerationError, match="needs a draft model"):
-                await pipe.complete("hi", GenerationOptions(speculative=True))
+                await pipe.complete("hi", GenerationConfig(k="auto"))
         finally:
             await pipe.close()
 
@@ -173,7 +173,7 @@ def test_metrics_events_are_emitted(exports: dict) -> None:
         pipe = pipeline(exports["2s"], draft=exports["draft"])
         pipe.metrics.subscribe(events.append)
         try:
-            await pipe.complete("def f(x):", GenerationOptions(max_new_tokens=12, speculative=True))
+            await pipe.complete("def f(x):", GenerationConfig(max_new_tokens=12, k="auto"))
         finally:
             await pipe.close()
 

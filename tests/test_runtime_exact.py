@@ -10,8 +10,9 @@ import pytest
 from runtime_support import export, perturbed_copy, pipeline, reference_greedy
 
 from fleetgui.errors import FleetguiError
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import AutoK
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy
 
@@ -79,7 +80,7 @@ def test_pp_greedy_matches_monolithic(
         pipe = pipeline(family_exports[family][stages])
         try:
             for prompt in PROMPTS:
-                result = await pipe.complete(prompt, GenerationOptions(max_new_tokens=N_NEW))
+                result = await pipe.complete(prompt, GenerationConfig(max_new_tokens=N_NEW))
                 assert result.token_ids == references[family, prompt], prompt
                 assert result.finish_reason == "max_tokens"
         finally:
@@ -101,7 +102,7 @@ def test_pp_sd_greedy_matches_monolithic(
         rates = {}
         try:
             for k in (1, 3, 8):
-                options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=k)
+                options = GenerationConfig(max_new_tokens=N_NEW, k=k)
                 for prompt in PROMPTS:
                     result = await pipe.complete(prompt, options)
                     assert result.token_ids == references[family, prompt], (k, prompt)
@@ -127,7 +128,7 @@ def test_pp_sd_mb_streams_match_monolithic(
     async def main() -> None:
         paths = family_exports[family]
         pipe = pipeline(paths["3"], draft=paths["close"])
-        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=3)
+        options = GenerationConfig(max_new_tokens=N_NEW, k=3)
         first_tokens = asyncio.Event()
         results: dict[str, list[int]] = {}
 
@@ -159,7 +160,7 @@ def test_pp_sd_mb_with_k_auto_matches_monolithic(family_exports: dict, reference
     async def main() -> list[GenerationResult]:
         paths = family_exports[FAMILIES[0]]
         pipe = pipeline(paths["2"], draft=paths["far"])
-        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=None)
+        options = GenerationConfig(max_new_tokens=N_NEW, k="auto")
         try:
             return await asyncio.gather(*(pipe.complete(p, options) for p in PROMPTS))
         finally:
@@ -180,7 +181,7 @@ def test_the_next_k_auto_stream_starts_from_the_last_ones_estimates(
     async def main() -> tuple[GenerationResult, GenerationResult]:
         paths = family_exports[FAMILIES[0]]
         pipe = pipeline(paths["2"], draft=paths["far"])
-        options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=None)
+        options = GenerationConfig(max_new_tokens=N_NEW, k="auto")
         try:
             first = await pipe.complete(PROMPTS[0], options)
             second = await pipe.complete(PROMPTS[1], options)
@@ -217,7 +218,7 @@ def test_compaction_keeps_output_exact(
         pipe.draft.policy = CompactionPolicy(waste_fraction=0.05, min_masked=4)
         try:
             for prompt in PROMPTS:
-                options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=8)
+                options = GenerationConfig(max_new_tokens=N_NEW, k=8)
                 result = await pipe.complete(prompt, options)
                 assert result.token_ids == references["llama", prompt]
         finally:
@@ -234,7 +235,7 @@ def test_context_limit_compacts_then_stops_cleanly(family_exports: dict, referen
         pipe = pipeline(paths["2"], draft=paths["far"], context_limit=40)
         try:
             n_prompt = len(pipe.tokenizer.encode(prompt))
-            options = GenerationOptions(max_new_tokens=N_NEW, speculative=True, k=8)
+            options = GenerationConfig(max_new_tokens=N_NEW, k=8)
             result = await pipe.complete(prompt, options)
         finally:
             await pipe.close()

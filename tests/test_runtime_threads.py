@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from runtime_support import export, perturbed_copy, pipeline
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.route import LocalRoute
@@ -93,7 +93,7 @@ def test_a_lone_stream_runs_every_stage_and_step_on_one_worker_thread(exports: d
         pipe = pipeline(exports["2s"])
         try:
             log = watched(pipe)
-            single = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=10))
+            single = await pipe.complete(PROMPT, GenerationConfig(max_new_tokens=10))
         finally:
             await pipe.close()
         return single.token_ids, log, threading.get_ident()
@@ -117,12 +117,12 @@ def test_streams_overlap_stage_by_stage(exports: dict) -> None:
         prompts = [PROMPT, "class Node:"]
         try:
             alone = [
-                (await pipe.complete(p, GenerationOptions(max_new_tokens=24))).token_ids
+                (await pipe.complete(p, GenerationConfig(max_new_tokens=24))).token_ids
                 for p in prompts
             ]
             log = watched(pipe)
             pair = await asyncio.gather(
-                *(pipe.complete(p, GenerationOptions(max_new_tokens=24)) for p in prompts)
+                *(pipe.complete(p, GenerationConfig(max_new_tokens=24)) for p in prompts)
             )
         finally:
             await pipe.close()
@@ -153,9 +153,9 @@ def test_a_draft_proposal_runs_in_one_go_off_the_loop_or_on_it_when_short(export
             assert pipe.draft is not None
             pipe.draft.inline_ms = inline_ms
             log = watched(pipe)
-            options = GenerationOptions(max_new_tokens=16, speculative=True, k=4)
+            options = GenerationConfig(max_new_tokens=16, k=4)
             speculative = await pipe.complete(PROMPT, options)
-            plain = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=16))
+            plain = await pipe.complete(PROMPT, GenerationConfig(max_new_tokens=16))
         finally:
             await pipe.close()
         return log, loop_thread, speculative.token_ids, plain.token_ids
@@ -187,9 +187,9 @@ def test_a_cancelled_stream_is_freed_only_after_its_thread_is_done(exports: dict
         loop = asyncio.get_running_loop()
         pipe = pipeline(exports["2s"])
         try:
-            reference = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=12))
+            reference = await pipe.complete(PROMPT, GenerationConfig(max_new_tokens=12))
             log = watched(pipe)
-            task = loop.create_task(pipe.complete(PROMPT, GenerationOptions(max_new_tokens=40)))
+            task = loop.create_task(pipe.complete(PROMPT, GenerationConfig(max_new_tokens=40)))
 
             def cancel_midway(name: str, count: int) -> None:
                 if count == 9:  # a decode pass, in the worker thread
@@ -205,7 +205,7 @@ def test_a_cancelled_stream_is_freed_only_after_its_thread_is_done(exports: dict
             log.on_blocking = None
             calls_at_cancel = len(log.calls)
             held = sum(len(stage.stream_ids()) for stage in pipe.route.stages)  # type: ignore[attr-defined]
-            again = await pipe.complete(PROMPT, GenerationOptions(max_new_tokens=12))
+            again = await pipe.complete(PROMPT, GenerationConfig(max_new_tokens=12))
         finally:
             await pipe.close()
         return reference.token_ids, again.token_ids, calls_at_cancel, held
@@ -228,7 +228,7 @@ def test_closing_the_pipeline_stops_a_decode_run_under_way(exports: dict) -> Non
         closed_at = -1
         try:
             async with contextlib.aclosing(
-                pipe.stream(PROMPT, GenerationOptions(max_new_tokens=400))
+                pipe.stream(PROMPT, GenerationConfig(max_new_tokens=400))
             ) as items:
                 async for _item in items:
                     deltas += 1

@@ -21,8 +21,7 @@ from gguf_support import write_llama_gguf
 from smollm2_support import SMOLLM2_NEW_TOKENS, SMOLLM2_PROMPTS
 
 from fleetgui.demo.models import REAL_DRAFT_WEIGHTS
-from fleetgui.demo.progress import BuildProgress
-from fleetgui.demo.smollm2_draft import (
+from fleetgui.training.draft_distiller.distiller import (
     MARKER,
     DraftBuildError,
     DraftRecipe,
@@ -30,7 +29,8 @@ from fleetgui.demo.smollm2_draft import (
     build_smollm2_draft,
     load_built_draft,
 )
-from fleetgui.demo.spec import TrainSchedule
+from fleetgui.training.progress import BuildProgress
+from fleetgui.training.train import TrainSchedule
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runtime_support import export, pipeline
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import TokensEmitted
 from fleetgui.runtime.stream_limit import StreamLimit
 
@@ -81,7 +81,7 @@ def test_a_pipeline_limited_to_one_stream_runs_the_second_prompt_after_the_first
     runtime.metrics.subscribe(
         lambda e: emitted.append(e.stream_id) if isinstance(e, TokensEmitted) else None
     )
-    options = GenerationOptions(max_new_tokens=12)
+    options = GenerationConfig(max_new_tokens=12)
 
     async def main() -> None:
         try:

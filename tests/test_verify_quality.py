@@ -19,7 +19,13 @@ from runtime_support import EXACT, perturbed_copy
 
 from fleetgui import cli
 from fleetgui.export.exporter import ExportRequest, export_model
-from fleetgui.export.manifest import MANIFEST_NAME, Manifest, StageEntry, check_files, read_manifest
+from fleetgui.export.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestStage,
+    check_files,
+    read_manifest,
+)
 from fleetgui.export.quality import ExportQuality, weights_label
 from fleetgui.export.verify import QUALITY_THRESHOLDS, VerificationError, verify_export
 
@@ -46,7 +52,7 @@ def int8_export(demo_target: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _manifest(quality: ExportQuality | None) -> Manifest:
-    stage = StageEntry(0, 0, 2, (), ("input_ids",), ("logits",), ())
+    stage = ManifestStage(0, 0, 2, (), ("input_ids",), ("logits",), ())
     return Manifest("m", "0" * 64, "llama", 2, 64, 512, "int8", (stage,), quality=quality)
 
 
@@ -131,8 +137,8 @@ def test_the_app_shows_the_quality_beside_the_weight_format(
     pytest.importorskip("PySide6")
     from fleetgui.app.core import build_core
     from fleetgui.app.deploy.local import LocalDeployer
-    from fleetgui.app.plan_preview import PreviewRequest, preview_plan
     from fleetgui.app.views.main_window import MainWindow
+    from fleetgui.fleet.placement.preview import PreviewRequest, preview_plan
     from fleetgui.planner import DeviceProfile, PlanConfig
 
     out, _ = int8_export

@@ -16,9 +16,11 @@ import pytest
 from fleet_support import WorkerProcess, coordinator_identity, running_workers
 from runtime_support import EXACT, export, pipeline
 
-from fleetgui.fleet.replicas import ReplicatedPipeline, open_copies
-from fleetgui.fleet.ring_route import RingRoute, RouteConfig
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.assembler import aopen
+from fleetgui.fleet.ring.route import RingRoute, RouteConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.replicas import ReplicatedPipeline
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.forward_codec import (
     MAX_DECODE_STEPS,
     DecodeSteps,
@@ -27,17 +29,19 @@ from fleetgui.net.forward_codec import (
 )
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Message, Op, ProtocolError, decode
-from fleetgui.runtime.generation import GenerationOptions, GenerationResult
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.stage import GreedyHead, SampleHead
 
 PROMPT = "The old lighthouse keeper said"
-GREEDY = GenerationOptions(max_new_tokens=40)
-SAMPLED = GenerationOptions(max_new_tokens=40, sampling=SamplingParams(0.9, 40, 0.95, seed=7))
+GREEDY = GenerationConfig(max_new_tokens=40)
+SAMPLED = GenerationConfig(max_new_tokens=40, temperature=0.9, top_k=40, top_p=0.95, seed=7)
 
 
 def test_a_decode_message_round_trips_and_every_field_is_checked() -> None:
-    heads = (GreedyHead(), SampleHead(SamplingParams(0.7, 5, 0.9, seed=3), 0.25))
+    heads = (
+        GreedyHead(),
+        SampleHead(GenerationConfig(temperature=0.7, top_k=5, top_p=0.9, seed=3), 0.25),
+    )
     steps = DecodeSteps(4, 17, heads, frozenset({2, 0}))
     assert decode_steps_from_message(decode(encode_decode(steps, request_id=9))) == steps
 
@@ -102,12 +106,20 @@ async def _on_one_copy(
 ) -> tuple[object, int]:
     """``run(copy)``'s outcome on a copy of the model on ``worker``, and the DECODE segments
     its route sent."""
-    copy = await open_copies(export_dir, [[worker.endpoint]], identity, _config(worker_decode))
+    llm = await aopen(
+        export_dir,
+        workers=[worker.endpoint],
+        layout="replicas",
+        identity=identity,
+        coordinator=_config(worker_decode),
+    )
+    copy = llm.runtime
+    assert isinstance(copy, ReplicatedPipeline)
     try:
         outcome = await run(copy)  # type: ignore[misc]
         return outcome, _route(copy).decode_segments
     finally:
-        await copy.close()
+        await llm.aclose()
 
 
 @pytest.mark.slow
@@ -142,8 +154,8 @@ def test_a_stop_string_ends_the_run_and_frees_the_stream_on_the_worker(
     async def stopped_then_whole(copy: ReplicatedPipeline) -> tuple[GenerationResult, ...]:
         whole = await copy.complete(PROMPT, GREEDY)
         stop = whole.text[len(whole.text) // 3 :][:4]  # a string a third of the way in
-        cut = await copy.complete(PROMPT, replace(GREEDY, stop_strings=(stop,)))
-        link = copy.replicas[0].session.ring.members[0]
+        cut = await copy.complete(PROMPT, replace(GREEDY, stop=(stop,)))
+        link = copy.replicas[0].session.deployment.ring.members[0]
         status = (await link.call(Message(Op.HEARTBEAT))).meta
         assert status["streams"] == 0  # the run ended and its stream was released
         again = await copy.complete(PROMPT, GREEDY)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetgui.api.errors import ApiError, bad_request
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.generation_config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +40,15 @@ IGNORED = (
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A checked request: a chat (``messages``) or a plain completion (``prompt``)."""
+    """A checked request: a chat (``messages``) or a plain completion (``prompt``), and how to
+    decode it (``config``: its sampling and stop strings; the token limit is set once the
+    prompt is counted)."""
 
     model: str
     messages: tuple[dict[str, str], ...] | None
     prompt: str | None
     max_tokens: int | None  # None: as long as the context allows
-    sampling: SamplingParams
-    stop: tuple[str, ...]
+    config: GenerationConfig
     stream: bool
     include_usage: bool
 
@@ -146,8 +147,7 @@ def _request(
         messages=messages,
         prompt=prompt,
         max_tokens=max_tokens,
-        sampling=_sampling(body),
-        stop=_stop(body.get("stop")),
+        config=_config(body),
         stream=stream,
         include_usage=include_usage,
     )
@@ -248,7 +248,8 @@ def _bool(body: Mapping[str, Any], name: str, default: bool, param: str | None =
     return value
 
 
-def _sampling(body: Mapping[str, Any]) -> SamplingParams:
+def _config(body: Mapping[str, Any]) -> GenerationConfig:
+    """The body's sampling fields and stop strings."""
     temperature = _number(body, "temperature", DEFAULT_TEMPERATURE)
     top_p = _number(body, "top_p", 1.0)
     top_k = body.get("top_k", 0)  # not OpenAI's, but llama.cpp's and vLLM's servers take it
@@ -256,11 +257,19 @@ def _sampling(body: Mapping[str, Any]) -> SamplingParams:
     for name, value in (("top_k", top_k), ("seed", seed)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise bad_request(f"'{name}' must be an integer, got {value!r}", param=name)
+    config = GenerationConfig(
+        temperature=temperature,
+        top_k=top_k or 0,
+        top_p=top_p,
+        seed=seed,
+        stop=_stop(body.get("stop")),
+    )
     try:
-        return SamplingParams(temperature=temperature, top_k=top_k or 0, top_p=top_p, seed=seed)
+        config.check_sampling()
     except ValueError as exc:
         param = str(exc).split(" ", 1)[0]
         raise bad_request(str(exc), param=param if param in body else None) from None
+    return config
 
 
 def _stop(value: Any) -> tuple[str, ...]:

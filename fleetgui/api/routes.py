@@ -149,17 +149,10 @@ class ApiRoutes:
 
     def _prompt(self, gen: GenerationRequest) -> tuple[str, GenerationConfig, int]:
         """The prompt text (a chat rendered as ``generate --chat`` renders it), the request's
-        configuration (its stop strings, then those the chat format needs) and the prompt's
-        tokens."""
-        llm, sampling = self.served.llm, gen.sampling
-        config = GenerationConfig(
-            temperature=sampling.temperature,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
-            stop=gen.stop,
-            k=self.served.k,
-        )
+        configuration in the server's mode (its stop strings, then those the chat format needs)
+        and the prompt's tokens."""
+        llm = self.served.llm
+        config = replace(gen.config, k=self.served.k)
         text = gen.prompt or ""
         if gen.messages is not None:
             try:

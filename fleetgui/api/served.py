@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
-from fleetgui.generation_config import DraftK
+from fleetgui.generation_config import DraftTokens
 from fleetgui.llm_pipeline import LLMPipeline
-from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.generation import Runtime
 
 if TYPE_CHECKING:
-    from fleetgui.fleet.coordinator import FleetSession
-    from fleetgui.fleet.replicas import ReplicatedPipeline
+    from fleetgui.fleet.session.replicas import ReplicatedPipeline
+    from fleetgui.fleet.session.session import FleetSession
     from fleetgui.runtime.chat_prompt import ChatPrompter
     from fleetgui.runtime.route import LocalRoute
 
@@ -27,18 +27,18 @@ class ServedModel:
     """The model the API generates with: ``source`` is the front door's pipeline, or a runtime
     one (wrapped in an :class:`~fleetgui.llm_pipeline.LLMPipeline`, its stream limit as it is)."""
 
-    source: InitVar[LLMPipeline | Pipeline | ReplicatedPipeline]
+    source: InitVar[LLMPipeline | Runtime]
     name: str
-    k: DraftK = None  # every request's GenerationConfig.k: None, no speculative decoding (PP)
+    k: DraftTokens = "off"  # every request's GenerationConfig.k (the server's mode)
     stage_streams: StageStreams | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     llm: LLMPipeline = field(init=False)
 
-    def __post_init__(self, source: LLMPipeline | Pipeline | ReplicatedPipeline) -> None:
+    def __post_init__(self, source: LLMPipeline | Runtime) -> None:
         self.llm = source if isinstance(source, LLMPipeline) else LLMPipeline.over(source)
 
     @property
-    def pipeline(self) -> Pipeline | ReplicatedPipeline:
+    def pipeline(self) -> Runtime:
         """The runtime pipeline underneath (its stages and metrics)."""
         return self.llm.runtime
 
@@ -65,7 +65,7 @@ def fleet_stage_streams(session: FleetSession, timeout_s: float = 2.0) -> StageS
 
     async def count() -> dict[str, int]:
         counts: dict[str, int] = {}
-        ring = session.ring
+        ring = session.deployment.ring
         if ring is not None:
             local = [s for s in ring.local if isinstance(s, BlockingStage)]
             counts["coordinator"] = sum(len(s.stream_ids()) for s in local)
@@ -86,3 +86,21 @@ def replica_streams(pipeline: ReplicatedPipeline) -> StageStreams:
         return pipeline.streams_by_replica()
 
     return count
+
+
+def stage_streams(llm: LLMPipeline) -> StageStreams:
+    """How to count the streams of what ``llm`` runs on: this PC's stages, a fleet session's
+    coordinator and workers, or replicas."""
+    from fleetgui.runtime.route import LocalRoute
+
+    runtime = llm.runtime
+    if llm.sessions:  # the fleet's modules are loaded: it runs on them
+        from fleetgui.fleet.session.replicas import ReplicatedPipeline
+
+        if isinstance(runtime, ReplicatedPipeline):
+            return replica_streams(runtime)
+        return fleet_stage_streams(llm.sessions[0])
+    route = getattr(runtime, "route", None)
+    if not isinstance(route, LocalRoute):
+        raise TypeError(f"cannot count the stage streams of {type(runtime).__name__}")
+    return local_stage_streams(route)

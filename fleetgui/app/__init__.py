@@ -11,7 +11,8 @@ Deployment lives in :mod:`fleetgui.app.deploy`. The fleet plugs in through small
 exported here (from :mod:`fleetgui.app.deploy.interfaces`): a :class:`Deployer` (deploy an export
 to the fleet and return a ``Pipeline``), a :class:`DeviceSource` (device profiles the planner
 preview uses) and :class:`FleetActions` (add a worker by address, pair one); the fleet code feeds
-worker rows to :class:`fleetgui.app.fleet_model.FleetModel` with ``upsert`` and ``mark_lost``.
+worker rows to the table model :class:`fleetgui.app.worker_table.WorkerTableModel` with ``upsert``
+and ``mark_lost``.
 """
 
 from fleetgui.app.deploy.interfaces import (

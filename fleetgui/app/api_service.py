@@ -111,7 +111,7 @@ class ApiService(QObject):
         mode = self.inference.mode
         name = Path(llm.tokenizer.folder).parent.name  # the export's folder name
         try:
-            served = ServedModel(llm, name, k=mode.draft_k)  # the chat's: one stream limit
+            served = ServedModel(llm, name, k=mode.draft_tokens)  # the chat's: one stream limit
             key = self._api_key()
             config = ServerConfig(self.host, self.port, key, max_streams=mode.concurrency)
             server = ApiServer(served, config)
@@ -163,7 +163,7 @@ class ApiService(QObject):
         """Requests started from now on decode as the mode says (the pipeline's stream limit
         follows at once; the HTTP queue's at the next start)."""
         if self._server is not None:
-            self._server.served.k = mode.draft_k
+            self._server.served.k = mode.draft_tokens
 
     def _set_state(self, state: ApiState) -> None:
         self._state = state

@@ -9,7 +9,7 @@ import datetime
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from fleetgui.bench.configurations import K_VALUES, Configuration, build_configurations
 from fleetgui.bench.report import RunInfo
@@ -18,7 +18,7 @@ from fleetgui.runtime.draft_source import NGRAM, DraftSource, draft_label
 
 if TYPE_CHECKING:  # the fleet's and the sweep's modules load when a benchmark runs
     from fleetgui.bench.sweep import SweepPlan
-    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.session.session import FleetSession
     from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class BenchSettings:
 
     tokens: int = 32
     repeats: int = 1
-    ks: tuple[int | None, ...] = K_VALUES
+    ks: tuple[int | Literal["auto"], ...] = K_VALUES
 
     def __post_init__(self) -> None:
         if not 2 <= self.tokens <= 4096:
@@ -118,7 +118,7 @@ def sweep_plan(
 
 def fleet_text(session: FleetSession | None) -> tuple[str, str]:
     """Who runs which stages, and the ring as the links go."""
-    assignment = None if session is None else session.assignment
+    assignment = None if session is None else session.deployment.assignment
     if assignment is None:
         return "this PC alone, every stage here", "a single PC: no network"
     here = ", ".join(map(str, assignment.local)) or "none"
@@ -155,7 +155,7 @@ def run_info(
             "tokens": settings.tokens,
             "repeats": settings.repeats,
             "delays_ms": [DELAY],
-            "ks": ["auto" if k is None else k for k in settings.ks],
+            "ks": list(settings.ks),
             "drafts": drafts,
         },
     )

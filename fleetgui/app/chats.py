@@ -15,17 +15,18 @@ from PySide6.QtCore import QObject, Signal
 
 from fleetgui.app.conversation import (
     ASSISTANT,
+    DEFAULT_REPLY,
     USER,
     ChatMessage,
     Conversation,
     ReplyEnd,
-    SamplingSettings,
     chat_messages,
     finished_message,
 )
 from fleetgui.app.errors import user_message
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.generation import GenerationResult
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class Chats(QObject):
         self._replies: dict[int, _Reply] = {}  # request id -> reply in progress
         # what a new conversation starts with; the settings row shows (and edits) it while no
         # conversation is selected, so what the user sees there is what the next chat uses
-        self.next_sampling = SamplingSettings()
+        self.next_config = DEFAULT_REPLY
         inference.delta.connect(self._on_delta)
         inference.finished.connect(self._on_finished)
         inference.stopped.connect(self._on_stopped)
@@ -99,9 +100,10 @@ class Chats(QObject):
 
     # -- changing -----------------------------------------------------------------------------
 
-    def new_conversation(self, sampling: SamplingSettings | None = None) -> str:
-        """A new empty conversation with ``sampling`` (default: ``next_sampling``); its id."""
-        conversation = Conversation(sampling=sampling or self.next_sampling)
+    def new_conversation(self, config: GenerationConfig | None = None) -> str:
+        """A new empty conversation replying with ``config`` (default: ``next_config``); its
+        id."""
+        conversation = Conversation(config=config or self.next_config)
         self._conversations[conversation.id] = conversation
         self.store.save(conversation)
         self.conversations_changed.emit()
@@ -113,17 +115,18 @@ class Chats(QObject):
             self.store.delete(conversation_id)
             self.conversations_changed.emit()
 
-    def set_sampling(self, conversation_id: str, sampling: SamplingSettings) -> None:
-        """Use ``sampling`` for this conversation's next replies; raises ``ValueError``."""
-        sampling.config()
+    def set_config(self, conversation_id: str, config: GenerationConfig) -> None:
+        """Reply with ``config`` in this conversation from now on; raises ``ValueError``
+        naming a bad value."""
+        config.check()
         conversation = self.get(conversation_id)
-        conversation.sampling = sampling
+        conversation.config = config
         self.store.save(conversation)
 
-    def set_next_sampling(self, sampling: SamplingSettings) -> None:
-        """Start new conversations with ``sampling``; raises ``ValueError``."""
-        sampling.config()
-        self.next_sampling = sampling
+    def set_next_config(self, config: GenerationConfig) -> None:
+        """Start new conversations with ``config``; raises ``ValueError``."""
+        config.check()
+        self.next_config = config
 
     def send(self, conversation_id: str, text: str) -> bool:
         """Add the user's message and start the reply. False (and ``reply_failed``) if the text
@@ -170,13 +173,15 @@ class Chats(QObject):
             self.inference.stop(request)
 
     def _start(self, conversation: Conversation) -> None:
+        # speculation is the app's mode, not the conversation's
+        config = replace(conversation.config, k=self.inference.mode.draft_tokens)
         try:
-            config = conversation.sampling.config(self.inference.mode.draft_k)
+            config.check()
         except ValueError as exc:
             self.reply_failed.emit(conversation.id, user_message(exc))
             return
-        # rendered with the model's chat template, and fitted to its context, off this thread
-        config = self.inference.chat_config(config)
+        # rendered with the model's chat template (which adds the stop strings its format
+        # needs), and fitted to its context, off this thread
         request = self.inference.submit_chat(chat_messages(conversation.messages), config)
         self._replies[request] = _Reply(
             conversation.id,

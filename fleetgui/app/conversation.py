@@ -1,5 +1,6 @@
-"""Conversations as plain data: messages, per-conversation sampling settings, JSON form, and the
-messages a conversation gives the model's chat template. No Qt here."""
+"""Conversations as plain data: messages, each conversation's ``GenerationConfig`` (how its
+replies are sampled, and how long they may be), JSON form, and the messages a conversation gives
+the model's chat template. No Qt here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fleetgui.errors import FleetguiError
-from fleetgui.generation_config import DraftK, GenerationConfig
+from fleetgui.generation_config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,43 +34,29 @@ class ConversationFormatError(FleetguiError):
     """A saved conversation file cannot be read."""
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    """How replies in one conversation are generated."""
+#: A new conversation's replies: greedy (the same question gives the same answer), 256 tokens.
+#: Speculation (``k``) is not the conversation's: the app's mode sets it for each reply.
+DEFAULT_REPLY = GenerationConfig(max_new_tokens=256)
+#: What a saved conversation keeps of its configuration (the JSON object "sampling").
+SAVED_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens")
 
-    temperature: float = 0.0  # 0: greedy (the same question gives the same answer)
-    top_k: int = 0  # 0: no top-k cut
-    top_p: float = 1.0  # 1: no nucleus cut
-    seed: int | None = None  # None: a fresh random seed per reply
-    max_new_tokens: int = 256  # longest reply, in tokens
 
-    def config(self, k: DraftK = None) -> GenerationConfig:
-        """A reply's configuration with these settings, drafting ``k`` tokens per round
-        (``ModeSettings.draft_k``; None: no speculative decoding); raises ``ValueError`` naming
-        a bad value. (The stop strings a model's chat format needs are added by
-        ``InferenceService.chat_config``.)"""
-        config = GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            seed=self.seed,
-            k=k,
-        )
-        config.check()
-        return config
+def config_to_dict(config: GenerationConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in SAVED_FIELDS}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SamplingSettings:
-        defaults = cls()
-        seed = data.get("seed")
-        return cls(
-            temperature=float(data.get("temperature", defaults.temperature)),
-            top_k=int(data.get("top_k", defaults.top_k)),
-            top_p=float(data.get("top_p", defaults.top_p)),
-            seed=int(seed) if isinstance(seed, int) else None,
-            max_new_tokens=int(data.get("max_new_tokens", defaults.max_new_tokens)),
-        )
+
+def config_from_dict(data: dict[str, Any]) -> GenerationConfig:
+    """A saved configuration; missing fields take :data:`DEFAULT_REPLY`'s values."""
+    defaults = DEFAULT_REPLY
+    seed = data.get("seed")
+    return replace(
+        defaults,
+        temperature=float(data.get("temperature", defaults.temperature)),
+        top_k=int(data.get("top_k", defaults.top_k)),
+        top_p=float(data.get("top_p", defaults.top_p)),
+        seed=int(seed) if isinstance(seed, int) else None,
+        max_new_tokens=int(data.get("max_new_tokens", defaults.max_new_tokens)),
+    )
 
 
 @dataclass(frozen=True)
@@ -106,12 +93,12 @@ class ChatMessage:
 
 @dataclass
 class Conversation:
-    """A chat: its messages in order and its own sampling settings."""
+    """A chat: its messages in order and how its replies are generated."""
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     title: str = "New chat"
     messages: list[ChatMessage] = field(default_factory=list)
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    config: GenerationConfig = DEFAULT_REPLY
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -131,7 +118,7 @@ class Conversation:
             "title": self.title,
             "created": self.created,
             "updated": self.updated,
-            "sampling": asdict(self.sampling),
+            "sampling": config_to_dict(self.config),
             "messages": [asdict(m) for m in self.messages],
         }
 
@@ -151,7 +138,7 @@ class Conversation:
             id=data["id"],
             title=str(data.get("title", "New chat")),
             messages=[ChatMessage.from_dict(m) for m in messages if isinstance(m, dict)],
-            sampling=SamplingSettings.from_dict(sampling if isinstance(sampling, dict) else {}),
+            config=config_from_dict(sampling if isinstance(sampling, dict) else {}),
             created=float(data.get("created", 0.0)),
             updated=float(data.get("updated", 0.0)),
         )

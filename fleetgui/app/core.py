@@ -17,14 +17,14 @@ from fleetgui.app.deploy.interfaces import Deployer, DeviceSource
 from fleetgui.app.deploy.local import LocalDeployer, LocalDeviceSource
 from fleetgui.app.fleet_actions import FleetActions, NoFleet
 from fleetgui.app.fleet_bench import FleetBench
-from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
-from fleetgui.app.local_pc import coordinator_info
 from fleetgui.app.metrics_feed import MetricsFeed
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.model_library import LibraryService, RootsFor
 from fleetgui.app.settings import WEIGHTS, Settings
+from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.fleet.profiling.this_pc import coordinator_info
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class AppCore:
     inference: InferenceService
     chats: Chats  # the conversations and their replies
     feed: MetricsFeed
-    fleet: FleetModel
+    fleet: WorkerTableModel
     deployment: DeploymentController
     fleet_actions: FleetActions
     api: ApiService  # the switch serving the deployed model on the OpenAI-compatible API
@@ -82,7 +82,7 @@ def build_core(
     deployer: Deployer | None = None,
     devices: DeviceSource | None = None,
     fleet_actions: FleetActions | None = None,
-    fleet: FleetModel | None = None,
+    fleet: WorkerTableModel | None = None,
     library_roots: RootsFor | None = None,
     parent: QObject | None = None,
 ) -> AppCore:
@@ -95,7 +95,7 @@ def build_core(
     inference.set_mode(settings.values.mode_settings())
     chats = Chats(inference, HistoryStore(history_dir), parent)
     feed = MetricsFeed(parent)
-    fleet = FleetModel(parent) if fleet is None else fleet
+    fleet = WorkerTableModel(parent) if fleet is None else fleet
     fleet.set_coordinator(coordinator_info())
     deployment = DeploymentController(
         inference, deployer or LocalDeployer(), devices or LocalDeviceSource(), parent

@@ -16,7 +16,7 @@ class FleetUnavailableError(FleetguiError):
 
 
 class FleetActions(ABC):
-    """User actions on workers; results show up in the ``FleetModel`` (``upsert``)."""
+    """User actions on workers; results show up in the ``WorkerTableModel`` (``upsert``)."""
 
     @abstractmethod
     async def add_worker(self, address: str) -> None:

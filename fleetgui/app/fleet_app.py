@@ -13,10 +13,10 @@ from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
 from fleetgui.app.fleet_actions import FleetActions
 from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
-from fleetgui.app.fleet_model import FleetModel
-from fleetgui.app.layer_times import measure_devices
 from fleetgui.app.model_library import RootsFor
-from fleetgui.fleet.session_config import CoordinatorConfig
+from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.fleet.profiling.layer_times import measure_devices
+from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.planner import DeviceProfile
 
@@ -47,7 +47,7 @@ class ControllerActions(FleetActions):
 
 class ControllerDevices(DeviceSource):
     """This PC and the usable workers, for the plan preview; layer times measured on each of
-    them for an export (:func:`~fleetgui.app.layer_times.measure_devices`)."""
+    them for an export (:func:`~fleetgui.fleet.profiling.layer_times.measure_devices`)."""
 
     def __init__(
         self, controller: FleetController, coordinator: CoordinatorConfig | None = None
@@ -86,7 +86,7 @@ def build_fleet_core(
 ) -> tuple[AppCore, FleetController]:
     """The app's core objects deploying on the fleet; the controller starts with the app's loop
     (``AppCore.fleet_actions.start()``)."""
-    fleet = FleetModel(parent)
+    fleet = WorkerTableModel(parent)
     controller = FleetController(fleet, identity, controller_config, parent)
     deployer = FleetDeployer(controller, coordinator_config)
     core = build_core(

@@ -51,7 +51,7 @@ from fleetgui.runtime.stream_limit import StreamLimit
 if TYPE_CHECKING:
     from fleetgui.app.api_service import ApiService
     from fleetgui.bench.sweep import Sweep
-    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.session.session import FleetSession
     from fleetgui.runtime.speculative import Drafter
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class FleetBench(QObject):
 
     def _session(self) -> FleetSession | None:
         """The fleet session serving the pipeline; None when it runs on this PC alone."""
-        from fleetgui.fleet.coordinator import FleetSession
+        from fleetgui.fleet.session.session import FleetSession
 
         session = getattr(self.deployment.deployer, "session", None)
         return session if isinstance(session, FleetSession) else None

@@ -4,7 +4,7 @@ It owns discovery (workers advertised on the LAN through zeroconf, and workers t
 address, kept in ``workers.json``), probes every known worker periodically
 (:meth:`~fleetgui.app.watched_worker.WatchedWorker.probe`: pins each worker's key on first use,
 checks that the worker trusts this coordinator, i.e. pairing), and writes status and reason into
-the :class:`~fleetgui.app.fleet_model.FleetModel`. While a deployment runs, the
+the :class:`~fleetgui.app.worker_table.WorkerTableModel`. While a deployment runs, the
 ``FleetSession``'s events (a ``LinkState``: loading, running, lost, rejoined) arrive through
 :meth:`on_session_event` and take precedence over the probe's "online". Everything runs as
 asyncio tasks in Qt's loop (qasync); nothing here blocks the GUI thread.
@@ -24,16 +24,17 @@ from PySide6.QtCore import QObject, Signal
 
 from fleetgui.addresses import format_address, parse_address, zmq_endpoint
 from fleetgui.app import fleet_status
-from fleetgui.app.fleet_model import FleetModel
 from fleetgui.app.fleet_status import SessionState
-from fleetgui.app.local_pc import coordinator_profile
 from fleetgui.app.watched_worker import WatchedWorker
 from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.app.worker_table import WorkerTableModel
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.known_workers import KnownWorkers
-from fleetgui.fleet.manual_workers import ManualWorkers
-from fleetgui.fleet.pairing import pair_with_code
-from fleetgui.fleet.session_config import LinkState, WorkerEndpoint
+from fleetgui.fleet.pairing.code_pairing import pair_with_code
+from fleetgui.fleet.pairing.known_workers import KnownWorkers
+from fleetgui.fleet.pairing.manual_workers import ManualWorkers
+from fleetgui.fleet.profiling.this_pc import coordinator_profile
+from fleetgui.fleet.ring.link import WorkerEndpoint
+from fleetgui.fleet.session.config import LinkState, WorkerLinkStatus
 from fleetgui.net.discovery import Discovery, DiscoveryEvent, OnChange
 from fleetgui.net.info_probe import DEFAULT_PROBE_TIMEOUT_S, WorkerStatusReason
 from fleetgui.net.keys import KeyPair
@@ -41,8 +42,7 @@ from fleetgui.net.worker_info import WorkerInfo
 from fleetgui.planner import DeviceProfile
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
-    from fleetgui.app.deploy.replicas import ReplicaSessions
-    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.fleet.session.session import FleetSession
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +78,13 @@ async def browse_lan(on_change: OnChange) -> Discovery | None:
 
 
 class FleetController(QObject):
-    """Discovery, probes, pairing and session events -> :class:`FleetModel` rows."""
+    """Discovery, probes, pairing and session events -> :class:`WorkerTableModel` rows."""
 
     usable_changed = Signal()  # a worker became usable or stopped being usable
 
     def __init__(
         self,
-        fleet: FleetModel,
+        fleet: WorkerTableModel,
         identity: KeyPair,
         config: FleetControllerConfig | None = None,
         parent: QObject | None = None,
@@ -96,7 +96,7 @@ class FleetController(QObject):
         self.known = KnownWorkers(self.config.known_workers_file)
         self.manual = ManualWorkers(self.config.workers_file)
         # the deployed session(s), set by the FleetDeployer: their heartbeats speak for workers
-        self.session: FleetSession | ReplicaSessions | None = None
+        self.sessions: tuple[FleetSession, ...] = ()
         self._workers: dict[str, WatchedWorker] = {}  # by address, in the order first known
         self._session_states: dict[str, SessionState] = {}  # by worker name
         self._task: asyncio.Task[None] | None = None
@@ -231,12 +231,15 @@ class FleetController(QObject):
 
     def _linked(self, name: str) -> bool:
         """Whether the deployment has a live link to worker ``name``."""
-        session = self.session
-        return (
-            session is not None
-            and name in session.links
-            and session.worker_status(name).lost is None
-        )
+        status = self._link_status(name)
+        return status is not None and status.lost is None
+
+    def _link_status(self, name: str) -> WorkerLinkStatus | None:
+        """What the deployed session(s) know of worker ``name`` now; None without a link."""
+        for session in self.sessions:  # one, or one per replica
+            if name in session.workers.links:
+                return session.worker_status(name)
+        return None
 
     def _usable(self, worker: WatchedWorker) -> bool:
         row = self.fleet.get(worker.row) if worker.row else None
@@ -285,7 +288,7 @@ class FleetController(QObject):
 
     def session_closed(self) -> None:
         """The deployment ended: rows go back to what the probes say."""
-        self.session = None
+        self.sessions = ()
         states, self._session_states = self._session_states, {}
         for worker in self._workers.values():
             if worker.info is not None and worker.info.name in states and worker.paired:
@@ -296,19 +299,13 @@ class FleetController(QObject):
     def device_profiles(self) -> list[DeviceProfile]:
         """This PC, then every usable worker with its free memory (from its heartbeats while
         deployed, else its last probe) and an estimated layer time (the plan preview measures
-        them: :func:`fleetgui.app.layer_times.measure_devices`)."""
+        them: :func:`fleetgui.fleet.profiling.layer_times.measure_devices`)."""
         profiles = [coordinator_profile()]
-        session = self.session
         for worker in self._workers.values():
             info = worker.info
             if info is None or not self._usable(worker):
                 continue
-            live = (
-                session.worker_status(info.name)
-                if session is not None and info.name in session.links
-                else None
-            )
-            profile = worker.profile(live)
+            profile = worker.profile(self._link_status(info.name))
             if profile is not None:
                 profiles.append(profile)
         return profiles

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.fleet.session_config import LinkReason, LinkState
+from fleetgui.fleet.session.config import LinkReason, LinkState
 from fleetgui.net.info_probe import WorkerStatusReason
 
 log = logging.getLogger(__name__)

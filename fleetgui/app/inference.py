@@ -1,11 +1,11 @@
-"""``InferenceService``: owns the deployed ``Pipeline`` and runs each reply as an asyncio task in
-Qt's loop (through qasync), so the GUI thread never waits for a token.
+"""``InferenceService``: holds the deployed ``LLMPipeline`` and runs each reply as an asyncio task
+in Qt's loop (through qasync), so the GUI thread never waits for a token.
 
 Replies are numbered requests; their text arrives as ``delta`` signals and ends with exactly one
 of ``finished``, ``stopped`` or ``failed``. Stop is cooperative (the stream ends at the next token,
 where no stage is computing) and turns into a hard cancel if no token comes within
-``HARD_STOP_S``. Each reply generates through the front door's ``LLMPipeline`` over the deployed
-pipeline, with one ``GenerationConfig``; at most ``ModeSettings.concurrency`` generations run at
+``HARD_STOP_S``. Each reply generates through the deployed ``LLMPipeline``, with one
+``GenerationConfig``; at most ``ModeSettings.concurrency`` generations run at
 once (the pipeline's stream limit: the API's requests count too), others queue there. ``hold``
 keeps every new one in the queue, once the running ones have ended, until ``release``: the
 dashboard's benchmark has the stages to itself meanwhile.
@@ -27,7 +27,6 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from fleetgui.app.deploy.interfaces import ServedPipeline
 from fleetgui.app.errors import user_message
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
@@ -36,7 +35,7 @@ from fleetgui.generation_config import GenerationConfig
 from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.runtime.chat_prompt import ChatPrompter
 from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
-from fleetgui.runtime.generation import GenerationResult, TokenDelta
+from fleetgui.runtime.generation import GenerationResult, Runtime, TokenDelta
 from fleetgui.runtime.metrics import MetricEvent
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ class InferenceService(QObject):
     # -- state --------------------------------------------------------------------------------
 
     @property
-    def pipeline(self) -> ServedPipeline | None:
+    def pipeline(self) -> Runtime | None:
         """The deployed runtime pipeline (None: no model)."""
         return None if self._llm is None else self._llm.runtime
 
@@ -135,11 +134,6 @@ class InferenceService(QObject):
         """What the user should know about how chats are prompted ("" if nothing)."""
         return self._chat_note
 
-    def chat_config(self, config: GenerationConfig) -> GenerationConfig:
-        """``config`` with the stop strings the model's chat format needs (the plain
-        transcript's; a chat template's replies end at the model's end-of-turn tokens)."""
-        return config if self._llm is None else self._llm.chat_config(config)
-
     @property
     def held(self) -> bool:
         """New replies wait in the queue (see :meth:`hold`)."""
@@ -174,11 +168,14 @@ class InferenceService(QObject):
         log.info("mode: %s", mode)
         self.mode_changed.emit(mode)
 
-    async def install(self, pipeline: ServedPipeline, description: str) -> None:
-        """Serve replies from ``pipeline`` from now on (after the current ones end)."""
+    async def install(self, llm: LLMPipeline, description: str) -> None:
+        """Serve replies from ``llm`` from now on (after the current ones end); unloading it
+        closes it."""
         await self.unload()
+        pipeline = llm.runtime
         prompter, note = await asyncio.to_thread(_load_prompter, pipeline)  # encodes: off the GUI
-        llm = LLMPipeline.over(pipeline, max_streams=self._mode.concurrency, prompter=prompter)
+        llm.prompter = prompter
+        llm.max_streams = self._mode.concurrency
         if self._held:  # held before: the new pipeline is held too
             await llm.ahold()
         self._llm = llm
@@ -203,7 +200,7 @@ class InferenceService(QObject):
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe = []
-        await llm.aclose()
+        await llm.aclose(unload=True)  # its workers drop the stages too
         self.state_changed.emit(self.state)
 
     def _on_metric(self, event: MetricEvent) -> None:
@@ -308,7 +305,7 @@ class InferenceService(QObject):
         return result
 
 
-def _load_prompter(pipeline: ServedPipeline) -> tuple[ChatPrompter, str]:
+def _load_prompter(pipeline: Runtime) -> tuple[ChatPrompter, str]:
     """The pipeline's chat prompter and the note for the user: the plain transcript's (no
     template), or why the model's template could not be used."""
     tokenizer = pipeline.tokenizer

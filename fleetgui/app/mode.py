@@ -1,36 +1,19 @@
-"""How the pipeline decodes: PP, PP+MB, PP+SD or PP+SD+MB, K and the number of concurrent
-streams."""
+"""The decoding mode the user chose in the app: PP, PP+MB, PP+SD or PP+SD+MB
+(:class:`~fleetgui.modes.Mode`), K, the drafter the next deployment loads and the number of
+conversations generating at once."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, replace
+from typing import Literal
 
-from fleetgui.generation_config import DraftK, speculative_k
-from fleetgui.runtime.auto_k import check_k
+from fleetgui.generation_config import DraftTokens, check_k
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import DraftSource
 
+__all__ = ["MAX_STREAMS", "ModeSettings", "opening_mode"]
+
 MAX_STREAMS = 16
-
-
-class Mode(enum.Enum):
-    PP = "pp"  # pipeline parallelism
-    PP_MB = "pp+mb"  # plus several streams interleaved across the stages (no draft needed)
-    PP_SD = "pp+sd"  # plus speculative decoding with a local draft model
-    PP_SD_MB = "pp+sd+mb"  # plus several streams interleaved across the stages
-
-    @property
-    def label(self) -> str:
-        return self.value.upper()
-
-    @property
-    def speculative(self) -> bool:
-        return self in (Mode.PP_SD, Mode.PP_SD_MB)
-
-    @property
-    def interleaved(self) -> bool:
-        """Several conversations generate at once."""
-        return self in (Mode.PP_MB, Mode.PP_SD_MB)
 
 
 @dataclass(frozen=True)
@@ -38,22 +21,21 @@ class ModeSettings:
     """The decoding mode the user chose."""
 
     mode: Mode = Mode.PP
-    k: int | None = None  # draft tokens per round (1-16); None: chosen automatically
+    k: int | Literal["auto"] = "auto"  # draft tokens per round in the speculative modes
     # draft export (one stage) or "ngram" (no draft model); used at the next deployment
     draft_dir: DraftSource | None = None
     streams: int = 2  # conversations generating at once in PP+MB and PP+SD+MB
 
     def __post_init__(self) -> None:
-        if self.k is not None:
+        if self.k != "auto":
             check_k(self.k)
         if not 1 <= self.streams <= MAX_STREAMS:
             raise ValueError(f"streams must be 1 to {MAX_STREAMS}, got {self.streams}")
 
     @property
-    def draft_k(self) -> DraftK:
-        """A reply's ``GenerationConfig.k`` in this mode (None: no speculative decoding; see
-        ``SamplingSettings.config``)."""
-        return speculative_k(self.mode.speculative, self.k)
+    def draft_tokens(self) -> DraftTokens:
+        """A reply's ``GenerationConfig.k`` in this mode (``"off"`` unless speculative)."""
+        return self.mode.draft_tokens(self.k)
 
     @property
     def concurrency(self) -> int:
@@ -63,7 +45,7 @@ class ModeSettings:
     def __str__(self) -> str:
         text = self.mode.label
         if self.mode.speculative:
-            text += f", K {self.k if self.k is not None else 'auto'}"
+            text += f", K {self.k}"
         if self.mode.interleaved:
             text += f", {self.streams} streams"
         return text

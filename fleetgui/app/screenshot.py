@@ -17,9 +17,10 @@ from pathlib import Path
 from PySide6.QtWidgets import QWidget
 
 from fleetgui.app.core import AppCore
-from fleetgui.app.mode import Mode, ModeSettings
+from fleetgui.app.mode import ModeSettings
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.errors import FleetguiError
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import DraftSource
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ async def _deploy(core: AppCore, request: ScreenshotRequest) -> None:
     if request.export_dir is None or not deployment.choose_model(request.export_dir):
         return
     mode = request.mode or ModeSettings(
-        Mode.PP_SD if request.draft_dir else Mode.PP, None, request.draft_dir
+        Mode.PP_SD if request.draft_dir else Mode.PP, "auto", request.draft_dir
     )
     core.inference.set_mode(mode)
     deployment.deploy(mode)
@@ -74,8 +75,8 @@ async def _chat(core: AppCore, window: MainWindow, request: ScreenshotRequest) -
     session = core.chats
     for prompt in request.prompts:
         conversation = session.new_conversation()
-        sampling = session.get(conversation).sampling
-        session.set_sampling(conversation, replace(sampling, max_new_tokens=request.max_new_tokens))
+        config = session.get(conversation).config
+        session.set_config(conversation, replace(config, max_new_tokens=request.max_new_tokens))
         window.chat_presenter.select_conversation(conversation)
         session.send(conversation, prompt)
         await _until(lambda c=conversation: not session.is_busy(c), "the chat reply")  # type: ignore[misc]

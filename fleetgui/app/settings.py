@@ -7,13 +7,14 @@ import json
 import logging
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from PySide6.QtCore import QObject, Signal
 
-from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
+from fleetgui.app.mode import MAX_STREAMS, ModeSettings
 from fleetgui.errors import FleetguiError
 from fleetgui.fsutil import atomic_write_text
+from fleetgui.generation_config import K_MAX, K_MIN
 from fleetgui.keyring_access import (
     KEYRING_SERVICE,
     KeyringUnavailableError,
@@ -21,6 +22,7 @@ from fleetgui.keyring_access import (
     get_secret,
     set_secret,
 )
+from fleetgui.modes import Mode
 from fleetgui.paths import config_dir
 from fleetgui.runtime.draft_source import parse_draft
 
@@ -50,7 +52,7 @@ class AppSettings:
             mode = Mode(self.mode)
         except ValueError:
             mode = Mode.PP
-        k = self.k if 1 <= self.k <= 16 else None
+        k: int | Literal["auto"] = self.k if K_MIN <= self.k <= K_MAX else "auto"
         streams = min(max(self.streams, 1), MAX_STREAMS)
         draft = parse_draft(self.draft_dir) if self.draft_dir else None
         return ModeSettings(mode, k, draft, streams)
@@ -111,7 +113,7 @@ class Settings(QObject):
     def set_mode(self, mode: ModeSettings) -> None:
         self.update(
             mode=mode.mode.value,
-            k=mode.k or 0,
+            k=0 if mode.k == "auto" else mode.k,
             streams=mode.streams,
             draft_dir=str(mode.draft_dir) if mode.draft_dir else "",
         )

@@ -2,7 +2,7 @@
 
 It reads who runs which layers from the deployment (a ``FleetSession``'s assignment, the
 sessions of whole copies, or the stages of a pipeline on this PC), the rows of the
-:class:`~fleetgui.app.fleet_model.FleetModel`, and the runtime's metric events; ``updated``
+:class:`~fleetgui.app.worker_table.WorkerTableModel`, and the runtime's metric events; ``updated``
 says the picture changed (at most every ``UPDATE_INTERVAL_MS``). While the fleet generates it
 is re-read on that period, so busy shares decay when generation stops and a failover's new
 layout shows as soon as the ring runs again (a stage moved to this PC sends no fleet event).
@@ -18,16 +18,17 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from fleetgui.app.fleet_model import FleetModel
-from fleetgui.app.local_pc import coordinator_name
 from fleetgui.app.topology import FleetLayout, LinkFacts, RingSpec, Topology
 from fleetgui.app.topology_tracker import TopologyTracker
-from fleetgui.fleet.assignment import MEMORY_OVERHEAD
+from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.fleet.placement.assignment import MEMORY_OVERHEAD
+from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.runtime.metrics import MetricEvent
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
-    from fleetgui.app.deploy.interfaces import Deployer, ServedPipeline
-    from fleetgui.fleet.coordinator import FleetSession
+    from fleetgui.app.deploy.interfaces import Deployer
+    from fleetgui.fleet.session.session import FleetSession
+    from fleetgui.runtime.generation import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ LayoutSource = Callable[[], FleetLayout | None]
 
 def session_rings(session: FleetSession) -> RingSpec | None:
     """The ring of a ``FleetSession`` (None before it deployed)."""
-    assignment = session.assignment
+    assignment = session.deployment.assignment
     if assignment is None:
         return None
     members = tuple((m.name, tuple(m.indices)) for m in assignment.members)
@@ -47,7 +48,7 @@ def session_rings(session: FleetSession) -> RingSpec | None:
 
 def session_links(session: FleetSession) -> list[LinkFacts]:
     out = []
-    for name in list(session.links):
+    for name in list(session.workers.links):
         status = session.worker_status(name)
         out.append(LinkFacts(name, status.rtt_ms, status.free_ram_bytes, status.lost))
     return out
@@ -60,14 +61,15 @@ def sessions_layout(
     rings, links, spares, lost = [], [], [], []
     manifest = None
     for session in sessions:
-        ring, assignment = session_rings(session), session.assignment
-        if ring is None or assignment is None or session.manifest is None:
+        deployed = session.deployment
+        ring, assignment = session_rings(session), deployed.assignment
+        if ring is None or assignment is None or deployed.manifest is None:
             continue
-        manifest = session.manifest
+        manifest = deployed.manifest
         rings.append(ring)
         links += session_links(session)
         spares += [s for s in assignment.spares if s not in spares]
-        lost += [n for n in session.failovers if n not in lost]
+        lost += [n for n in session.failover.failovers if n not in lost]
     if manifest is None:
         return None
     stages = tuple(manifest.shards)
@@ -92,7 +94,7 @@ class DeploymentLayout:
     """The layout of whatever the app has deployed, read from its deployer and pipeline (the
     objects are read by duck typing: the fleet's modules load only when a fleet deploys)."""
 
-    def __init__(self, deployer: Deployer, pipeline: Callable[[], ServedPipeline | None]) -> None:
+    def __init__(self, deployer: Deployer, pipeline: Callable[[], Runtime | None]) -> None:
         self.deployer = deployer
         self.pipeline = pipeline
         self._ids = itertools.count(1)
@@ -127,7 +129,7 @@ class TopologyFeed(QObject):
 
     def __init__(
         self,
-        fleet: FleetModel,
+        fleet: WorkerTableModel,
         layout: LayoutSource,
         parent: QObject | None = None,
         clock: Callable[[], float] = time.monotonic,

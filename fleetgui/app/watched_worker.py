@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgui.addresses import format_address
-from fleetgui.app.local_pc import ESTIMATED_DISK_BYTES_PER_S, ESTIMATED_MS_PER_LAYER
-from fleetgui.fleet.known_workers import KnownWorkers, WorkerKeyChangedError
-from fleetgui.fleet.pairing import check_paired
-from fleetgui.fleet.session_config import WorkerLinkStatus
+from fleetgui.fleet.pairing.code_pairing import check_paired
+from fleetgui.fleet.pairing.known_workers import KnownWorkers, WorkerKeyChangedError
+from fleetgui.fleet.profiling.this_pc import ESTIMATED_DISK_BYTES_PER_S, ESTIMATED_MS_PER_LAYER
+from fleetgui.fleet.session.config import WorkerLinkStatus
 from fleetgui.net.info_probe import WorkerStatusReason, probe_status
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.worker_info import WorkerInfo
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class ProbeOutcome:
     """What one probe of a worker found."""
 
     answered: bool  # its info port and (when checked) its encrypted port answered
@@ -61,20 +61,20 @@ class WatchedWorker:
         """A row for a worker that never answered: named by its address."""
         return WorkerInfo(self.address, self.host, self.port, "", "", 0)
 
-    async def probe(self, known: KnownWorkers, identity: KeyPair, timeout_s: float) -> ProbeResult:
+    async def probe(self, known: KnownWorkers, identity: KeyPair, timeout_s: float) -> ProbeOutcome:
         """Probe the worker once and remember what it said (its info, HELLO reply, round trip,
         whether it is paired). A new key forgets the pairing: it may be another worker."""
         status = await probe_status(self.host, self.port, timeout_s, last=self.info)
         if not status.seen or status.info is None:
             self.paired = None
-            return ProbeResult(False, status.reason, status.detail)
+            return ProbeOutcome(False, status.reason, status.detail)
         self.misses = 0
         info = status.info
         try:
             known.check(info.address, info.name, info.public_key)
         except WorkerKeyChangedError as exc:
             self.info, self.paired = info, None
-            return ProbeResult(True, key_changed=str(exc))
+            return ProbeOutcome(True, key_changed=str(exc))
         if self.info is None or self.info.public_key != info.public_key:
             self.paired = None
         self.info = info
@@ -85,8 +85,8 @@ class WatchedWorker:
                 self.rtt_ms = check.rtt_ms
             if check.error:  # the info port answers, the encrypted one does not
                 self.paired = None
-                return ProbeResult(False, WorkerStatusReason.NOT_ANSWERING, check.error)
-        return ProbeResult(True)
+                return ProbeOutcome(False, WorkerStatusReason.NOT_ANSWERING, check.error)
+        return ProbeOutcome(True)
 
     def profile(self, live: WorkerLinkStatus | None) -> DeviceProfile | None:
         """The worker for the planner: its free memory (from the deployment's heartbeats,

@@ -1,6 +1,6 @@
 """The fleet a benchmark measures: local worker processes on delayed links, or the user's PCs.
 
-Local workers are real ``fleetgui worker`` processes (:class:`~fleetgui.fleet.local_fleet.
+Local workers are real ``fleetgui worker`` processes (:class:`~fleetgui.fleet.local_fleet.fleet.
 LocalFleet`), one OpenVINO thread each, each pinned to a core of its own where there are enough
 (one core and one thread stand in for one fleet PC), each in its own network namespace when the
 links are delayed for real (:mod:`fleetgui.bench.netns`), else behind a delay relay
@@ -24,8 +24,8 @@ from fleetgui.bench.netem_links import NetemStar
 from fleetgui.bench.netns import NamespaceStar, Shape
 from fleetgui.bench.packet_links import PacketStar
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.local_fleet import LocalFleet
-from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.fleet.local_fleet.fleet import LocalFleet
+from fleetgui.fleet.ring.link import WorkerEndpoint
 from fleetgui.net.keys import KeyPair
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class LocalBenchFleet:
 
 async def remote_endpoints(addresses: list[tuple[str, int]]) -> list[WorkerEndpoint]:
     """The user's own workers, probed and their keys pinned as ``fleetgui generate`` does."""
-    from fleetgui.fleet.open_fleet import resolve_workers
+    from fleetgui.fleet.pairing.worker_addresses import resolve_workers
 
     endpoints = await resolve_workers(addresses)
     if not endpoints:

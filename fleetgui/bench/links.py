@@ -17,8 +17,8 @@ from enum import StrEnum
 
 from fleetgui.addresses import zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.local_fleet import LocalWorker
-from fleetgui.fleet.session_config import WorkerEndpoint
+from fleetgui.fleet.local_fleet.fleet import LocalWorker
+from fleetgui.fleet.ring.link import WorkerEndpoint
 
 log = logging.getLogger(__name__)
 

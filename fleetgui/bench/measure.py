@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fleetgui.runtime.generation import GenerationOptions
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
     MetricEvent,
@@ -133,14 +133,14 @@ class MetricsTap:
 
 
 async def measure(
-    pipeline: Pipeline, prompts: Sequence[str], options: GenerationOptions
+    pipeline: Pipeline, prompts: Sequence[str], config: GenerationConfig
 ) -> RunFigures:
     """Run one stream per prompt, all at once, and what they measured."""
     tap = MetricsTap()
     unsubscribe = pipeline.metrics.subscribe(tap)
     started = time.perf_counter()
     try:
-        results = await asyncio.gather(*(pipeline.complete(p, options) for p in prompts))
+        results = await asyncio.gather(*(pipeline.complete(p, config) for p in prompts))
     finally:
         unsubscribe()
     wall = time.perf_counter() - started
@@ -154,7 +154,7 @@ async def measure(
         ttft_ms=statistics.mean(r.ttft_ms for r in results),
         prompt_tokens=round(statistics.mean(r.prompt_tokens for r in results)),
         wall_s=wall,
-        acceptance=sum(accepted) / drafted if options.speculative and drafted else None,
-        mean_k=tap.mean_k() if options.speculative else None,
+        acceptance=sum(accepted) / drafted if config.speculative and drafted else None,
+        mean_k=tap.mean_k() if config.speculative else None,
         breakdown=tap.breakdown(results[0].stream_id) if len(results) == 1 else None,
     )

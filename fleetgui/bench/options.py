@@ -7,9 +7,11 @@ import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from fleetgui.bench.configurations import KINDS, Mode
+from fleetgui.bench.configurations import KINDS
 from fleetgui.errors import FleetguiError
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, parse_draft
 
 DEFAULT_DELAYS = "0,25,50,100"
@@ -33,7 +35,7 @@ class BenchOptions:
     tokens: int
     repeats: int
     delays: tuple[float, ...]
-    ks: tuple[int | None, ...]
+    ks: tuple[int | Literal["auto"], ...]
     modes: tuple[str, ...]  # the configurations' kinds to measure (configurations.KINDS)
     no_ngram: bool  # with a draft model: leave out the n-gram drafts beside it
     json_out: Path | None
@@ -92,20 +94,18 @@ def delays(text: str) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
-def ks(text: str) -> tuple[int | None, ...]:
+def ks(text: str) -> tuple[int | Literal["auto"], ...]:
     """``--ks``: Ks to compare, numbers and ``auto``, e.g. ``1,3,5,7,10,auto``."""
-    from fleetgui.runtime.auto_k import K_MAX, K_MIN
+    from fleetgui.generation_config import K_MAX, K_MIN, parse_draft_tokens
 
-    values: list[int | None] = []
-    for part in (p.strip().lower() for p in text.split(",")):
-        if part == "auto":
-            values.append(None)
-        elif part.isdigit() and K_MIN <= int(part) <= K_MAX:
-            values.append(int(part))
-        else:
+    values: list[int | Literal["auto"]] = []
+    for part in text.split(","):
+        try:
+            values.append(parse_draft_tokens(part))
+        except ValueError:
             raise argparse.ArgumentTypeError(
-                f"each K must be {K_MIN} to {K_MAX} or auto, not {part!r}"
-            )
+                f"each K must be {K_MIN} to {K_MAX} or auto, not {part.strip().lower()!r}"
+            ) from None
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"a K is listed twice: {text}")
     return tuple(values)
@@ -134,7 +134,7 @@ def workers(text: str) -> int | tuple[tuple[str, int], ...]:
                 f"local workers: 1 to {MAX_LOCAL_WORKERS}, not {count}"
             )
         return count
-    from fleetgui.fleet.open_fleet import parse_worker_list
+    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list
 
     try:
         return tuple(parse_worker_list(text))

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fleetgui.bench.configurations import Configuration, Mode, draft_name
+from fleetgui.bench.configurations import Configuration, Measurement, Mode, draft_name
 from fleetgui.bench.results import Results
 from fleetgui.errors import FleetguiError
 
@@ -40,9 +40,9 @@ def _curves(results: Results) -> list[Configuration]:
         c
         for c in results.configurations
         if c.per_delay
-        and c.mode not in (Mode.TTFT,)
+        and c.mode != Measurement.TTFT
         and c.at_delay is None
-        and not (c.mode == Mode.PP_SD and c.k is not None)
+        and not (c.mode == Mode.PP_SD and c.k != "auto")
     ]
 
 
@@ -84,7 +84,7 @@ def write_plot(path: Path, results: Results, title: str) -> None:
             rates.plot(xs, ys, ":x", label=f"PP+SD, best fixed K ({draft_name(str(draft))})")
             for x, y, k in zip(xs, ys, ks, strict=True):
                 rates.annotate(f"K={k}", (x, y), textcoords="offset points", xytext=(4, 4))
-    baseline = next((c for c in results.configurations if c.mode == Mode.MONOLITHIC), None)
+    baseline = next((c for c in results.configurations if c.mode == Measurement.MONOLITHIC), None)
     cell = None if baseline is None else results.cell(baseline, 0.0)
     if baseline is not None and cell is not None and cell.tokens_per_s:
         rates.axhline(cell.tokens_per_s, linestyle="--", color="grey", label=baseline.label)
@@ -107,7 +107,7 @@ def write_plot(path: Path, results: Results, title: str) -> None:
 def _breakdown(axes: Any, results: Results) -> None:
     """Stacked bars: ms per token of PP and of PP+SD at K auto (the given drafter), by delay."""
     pp = next((c for c in results.configurations if c.key == Mode.PP.value), None)
-    sd = next((c for c in results.configurations if c.mode == Mode.PP_SD and c.k is None), None)
+    sd = next((c for c in results.configurations if c.mode == Mode.PP_SD and c.k == "auto"), None)
     bars = []
     for configuration in (pp, sd):
         if configuration is None:

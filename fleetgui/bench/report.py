@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetgui.bench.configurations import Mode, draft_name
+from fleetgui.bench.configurations import Measurement, Mode, draft_name
 from fleetgui.bench.results import BASELINE_DELAY, Cell, Results
 from fleetgui.fsutil import atomic_write_text
 
@@ -100,7 +100,7 @@ def _cell_text(results: Results, cell: Cell | None) -> str:
     if cell is None or not cell.done():
         return ""
     c = cell.configuration
-    if c.mode == Mode.TTFT:
+    if c.mode == Measurement.TTFT:
         return f"{cell.median('ttft_ms'):.0f} ms"
     text = f"{cell.tokens_per_s:.1f}"
     ratio = results.over_pp(cell)
@@ -109,7 +109,7 @@ def _cell_text(results: Results, cell: Cell | None) -> str:
     acceptance = cell.median("acceptance")
     if acceptance is not None:
         text += f", {acceptance:.0%}"
-        if c.k is None and cell.median("mean_k") is not None:
+        if c.k == "auto" and cell.median("mean_k") is not None:
             text += f", K {cell.median('mean_k'):.1f}"
     return text
 
@@ -155,7 +155,7 @@ def _breakdown_rows(results: Results) -> list[str]:
         if (
             parts is None
             or c.mode not in (Mode.PP, Mode.PP_SD)
-            or (c.speculative and c.k is not None)
+            or (c.speculative and c.k != "auto")
         ):
             continue
         rows.append(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from fleetgui.bench.configurations import Configuration, Mode, full_stack
+from fleetgui.bench.configurations import Configuration, Measurement, Mode, full_stack
 from fleetgui.bench.measure import Breakdown, RunFigures
-from fleetgui.fleet.ring_topology import Topology
+from fleetgui.fleet.ring.wiring import Wiring
 
 BASELINE_DELAY = -1.0  # the monolithic baseline's cell: it runs on no network
 
@@ -89,7 +89,7 @@ class Results:
 
     def over_pp(self, cell: Cell) -> float | None:
         """``cell`` over naive PP at the same delay (paired)."""
-        if cell.configuration.mode in (Mode.MONOLITHIC, Mode.TTFT):
+        if cell.configuration.mode in (Measurement.MONOLITHIC, Measurement.TTFT):
             return None
         return self.paired(cell, self.find(Mode.PP.value, cell.delay_ms))
 
@@ -102,14 +102,14 @@ class Results:
             and c.configuration.mode == Mode.PP_SD
             and c.configuration.draft == draft
         ]
-        return sorted(cells, key=lambda c: (c.configuration.k is None, c.configuration.k or 0))
+        return sorted(cells, key=lambda c: _k_order(c.configuration.k))
 
     def k_choice(self, delay_ms: float, draft: str) -> dict[str, Any] | None:
         """K auto against the best fixed K at ``delay_ms`` with ``draft``: the best K, both
         rates, and K auto's rate over the best fixed K's (paired)."""
         cells = self.speculative(delay_ms, draft)
-        fixed = [c for c in cells if c.configuration.k is not None and c.tokens_per_s]
-        auto = next((c for c in cells if c.configuration.k is None), None)
+        fixed = [c for c in cells if c.configuration.k != "auto" and c.tokens_per_s]
+        auto = next((c for c in cells if c.configuration.k == "auto"), None)
         if not fixed or auto is None or not auto.tokens_per_s:
             return None
         best = max(fixed, key=lambda c: c.tokens_per_s or 0.0)
@@ -139,7 +139,7 @@ class Results:
             out["k_auto_vs_best_fixed"][delay_key(delay)] = [
                 choice for d in drafts if (choice := self.k_choice(delay, d)) is not None
             ]
-        hub = next((c for c in self.configurations if c.topology is Topology.HUB), None)
+        hub = next((c for c in self.configurations if c.topology is Wiring.HUB), None)
         if hub is not None and hub.at_delay is not None:
             ratio = self.paired(
                 self.find(Mode.PP.value, hub.at_delay), self.find(hub.key, hub.at_delay)
@@ -154,3 +154,8 @@ class Results:
 def delay_key(delay_ms: float) -> str:
     """A delay as a JSON object key: ``25`` or ``12.5``."""
     return f"{delay_ms:g}"
+
+
+def _k_order(k: int | Literal["auto"]) -> tuple[bool, int]:
+    """Fixed Ks in increasing order, then K auto."""
+    return (k == "auto", k if isinstance(k, int) else 0)

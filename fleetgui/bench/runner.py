@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetgui import paths
+from fleetgui.assembler import aopen
 from fleetgui.bench.baseline import Baseline, fits
 from fleetgui.bench.configurations import TTFT_LENGTHS, Configuration, build_configurations
 from fleetgui.bench.fleet import LocalBenchFleet, remote_endpoints
@@ -24,13 +25,15 @@ from fleetgui.bench.progress import Progress, Write
 from fleetgui.bench.report import RunInfo
 from fleetgui.bench.results import Results
 from fleetgui.bench.sweep import Sweep, plan_sweep
+from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest, read_manifest
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.fleet.ring.link import WorkerEndpoint
+from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import DraftSource, draft_label
 from fleetgui.runtime.loader import LocalPipelineConfig, context_limit_of, load_draft
 from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.speculative import Drafter
 
 log = logging.getLogger(__name__)
@@ -176,7 +179,7 @@ class BenchRun:
                 "tokens": self.options.tokens,
                 "repeats": self.options.repeats,
                 "delays_ms": list(self.options.delays),
-                "ks": ["auto" if k is None else k for k in self.options.ks],
+                "ks": list(self.options.ks),
                 "drafts": list(self.target.drafts),
             },
             notes=list(self.target.notes),
@@ -236,15 +239,20 @@ class BenchRun:
             if on_coordinator == 0
             else f"the coordinator drafts and runs the first {on_coordinator} stages"
         )
-        session = FleetSession(identity, config)
+        sources = list(target.drafts.items())
+        llm = await aopen(
+            target.export_dir,
+            workers=endpoints,
+            draft=sources[0][1],
+            max_streams=max(c.streams for c in self.configurations),
+            identity=identity,
+            coordinator=config,
+        )
+        pipeline = llm.runtime
         drafters: dict[str, Drafter] = {}
-        pipeline = None
         try:
-            await session.connect(endpoints)
-            await session.deploy(target.export_dir)
-            sources = list(target.drafts.items())
-            pipeline = await session.open_pipeline(draft_dir=sources[0][1])
-            assert pipeline.draft is not None
+            if not isinstance(pipeline, Pipeline) or pipeline.draft is None:
+                raise FleetguiError("the benchmark's pipeline has no drafter to swap")
             drafters[sources[0][0]] = pipeline.draft
             import openvino as ov
 
@@ -266,7 +274,7 @@ class BenchRun:
                 progress.write = self.progress_write
             sweep = Sweep(
                 plan,
-                session=session,
+                session=llm.sessions[0],
                 pipeline=pipeline,
                 drafters=drafters,
                 set_delay=set_delay,
@@ -276,13 +284,10 @@ class BenchRun:
             await sweep.warm_up()
             await sweep.run(self.results)
         finally:
-            current = None if pipeline is None else pipeline.draft
             for drafter in drafters.values():
-                if drafter is not current:
+                if drafter is not pipeline.draft:  # the pipeline closes its own
                     await drafter.close()
-            if pipeline is not None:
-                await pipeline.close()
-            await session.close()
+            await llm.aclose()
 
 
 def _no_delay(delay_ms: float) -> None:

@@ -24,16 +24,16 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from fleetgui.bench.baseline import Baseline
-from fleetgui.bench.configurations import Configuration, Mode
+from fleetgui.bench.configurations import Configuration, Measurement
 from fleetgui.bench.measure import RunFigures, measure
 from fleetgui.bench.progress import Progress
 from fleetgui.bench.prompts import pick, prompt_of_length, request_texts
 from fleetgui.bench.results import Results
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.ring_topology import Topology
+from fleetgui.fleet.ring.wiring import Wiring
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.auto_k import AutoK
-from fleetgui.runtime.generation import GenerationOptions
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.speculative import Drafter
 from fleetgui.runtime.tokenizer import Tokenizer
@@ -138,11 +138,11 @@ class Sweep:
         """One short generation per drafter and one without: the first passes of a fresh
         stage and a fresh draft cost more than the rest."""
         prompt = self.plan.prompts[0]
-        options = GenerationOptions(max_new_tokens=WARM_UP_TOKENS)
-        await self.pipeline.complete(prompt, options)
+        config = GenerationConfig(max_new_tokens=WARM_UP_TOKENS)
+        await self.pipeline.complete(prompt, config)
         for drafter in self.drafters.values():
             self.pipeline.draft = drafter
-            await self.pipeline.complete(prompt, replace(options, speculative=True))
+            await self.pipeline.complete(prompt, replace(config, k="auto"))
 
     async def run(self, results: Results) -> Results:
         """Measure everything into ``results`` (filled as it goes: Ctrl+C keeps what ran)."""
@@ -180,7 +180,7 @@ class Sweep:
         figures = await self.run_configuration(configuration, repeat)
         results.add(configuration, delay, repeat, figures)
         text = f"TTFT {figures.ttft_ms:.0f} ms ({figures.prompt_tokens}-token prompt)"
-        if configuration.mode != Mode.TTFT:
+        if configuration.mode != Measurement.TTFT:
             text = f"{figures.tokens_per_s:.1f} tok/s, TTFT {figures.ttft_ms:.0f} ms"
         if figures.acceptance is not None:
             text += f", acceptance {figures.acceptance:.0%}, mean K {figures.mean_k or 0:.1f}"
@@ -188,14 +188,14 @@ class Sweep:
 
     async def run_configuration(self, configuration: Configuration, repeat: int) -> RunFigures:
         plan = self.plan
-        if configuration.mode == Mode.MONOLITHIC:
+        if configuration.mode == Measurement.MONOLITHIC:
             if self.baseline is None:
                 raise RuntimeError("no monolithic baseline to run")
             run = await asyncio.to_thread(
                 self.baseline.run, plan.prompts[repeat % len(plan.prompts)], plan.tokens
             )
             return RunFigures(run.tokens_per_s, run.new_tokens, run.ttft_ms, 0, 0.0)
-        if configuration.mode == Mode.TTFT:
+        if configuration.mode == Measurement.TTFT:
             assert configuration.prompt_tokens is not None
             prompts = [plan.length_prompts[configuration.prompt_tokens]]
             tokens = 1
@@ -206,34 +206,32 @@ class Sweep:
             self.pipeline.draft = self.drafters[str(configuration.draft)]
         # a new maker: no K chooser state carried over from earlier runs (see module doc)
         self.pipeline.new_auto_k = functools.partial(AutoK)
-        options = GenerationOptions(
+        config = GenerationConfig(
             max_new_tokens=tokens,
-            speculative=configuration.speculative,
-            k=configuration.k,
-            stop_strings=plan.stop_strings,
+            k=configuration.k if configuration.speculative else "off",
+            stop=plan.stop_strings,
         )
-        async with self._topology(configuration.topology):
-            return await measure(self.pipeline, prompts, options)
+        async with self._wiring(configuration.topology):
+            return await measure(self.pipeline, prompts, config)
 
     @contextlib.asynccontextmanager
-    async def _topology(self, topology: Topology) -> AsyncIterator[None]:
-        """The session's workers formed into ``topology`` for a run, and back after."""
-        before = Topology.RING if self.session is None else self.session.config.topology
-        if topology == before:
+    async def _wiring(self, wiring: Wiring) -> AsyncIterator[None]:
+        """The session's workers formed into ``wiring`` for a run, and back after."""
+        before = Wiring.RING if self.session is None else self.session.deployment.wiring
+        if wiring == before:
             yield
             return
-        await self._form(topology)
+        await self._form(wiring)
         try:
             yield
         finally:
             await self._form(before)
 
-    async def _form(self, topology: Topology) -> None:
+    async def _form(self, wiring: Wiring) -> None:
         session = self.session
-        if session is None or session.assignment is None:
+        if session is None or session.deployment.assignment is None:
             raise RuntimeError("nothing deployed")
-        session.config = replace(session.config, topology=topology)
-        await session.rebalance(session.assignment)
+        await session.deployment.rewire(wiring)
 
     async def _hop_ms(self) -> float | None:
         """Half a heartbeat's round trip to each worker, idle (median over a few and over the
@@ -241,7 +239,7 @@ class Sweep:
         if self.session is None:
             return None
         times = []
-        for link in self.session.links.values():
+        for link in self.session.workers.links.values():
             if link.lost:  # a lost worker answers no heartbeat
                 continue
             for _ in range(HEARTBEATS):

@@ -8,13 +8,18 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
-from fleetgui.demo.spec import DRAFTS, SIZES
+from fleetgui.demo.models import DRAFTS
+from fleetgui.generation_config import GenerationConfig, parse_draft_tokens
+from fleetgui.modes import Mode
+from fleetgui.training.toy_pair.spec import SIZES
 
 if TYPE_CHECKING:
     from fleetgui.app.mode import ModeSettings
+    from fleetgui.llm_pipeline import LLMPipeline
     from fleetgui.runtime.draft_source import DraftSource
+    from fleetgui.runtime.generation import GenerationResult
 
 NAME = "demo"
 HELP = "run the demo: a local fleet serving the demo model, in the app or the terminal"
@@ -24,8 +29,9 @@ DESCRIPTION = (
     "deploy over the real protocol and open the app with the chat ready (or chat in the "
     "terminal with --headless). The workers stop when the demo ends, also on Ctrl+C."
 )
-MODES = ("pp", "pp+sd", "pp+sd+mb")
 log = logging.getLogger(__name__)
+
+DEMO_MODES = (Mode.PP, Mode.PP_SD, Mode.PP_SD_MB)  # the demo's chat runs one stream, or several
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default) or model (the toy pair's draft; for the real model, a draft distilled from "
         "it on this PC, under an hour once)",
     )
-    parser.add_argument("--mode", choices=MODES, default="pp+sd", help="decoding mode (pp+sd)")
+    parser.add_argument(
+        "--mode",
+        choices=[m.value for m in DEMO_MODES],
+        default=Mode.PP_SD.value,
+        help="decoding mode (pp+sd)",
+    )
     parser.add_argument(
         "--k", type=k_value, default="auto", metavar="K|auto", help="draft tokens per step (auto)"
     )
@@ -61,18 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def k_value(text: str) -> int | None:
-    """``--k``: ``auto`` (None) or a number of draft tokens; checked as the flags are parsed, so
-    a bad value fails in one line before any model is fetched or built."""
-    from fleetgui.runtime.auto_k import K_MAX, K_MIN
-
-    if text.strip().lower() == "auto":
-        return None
-    if not text.strip().isdigit() or not K_MIN <= int(text) <= K_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be a number from {K_MIN} to {K_MAX} or 'auto', not {text!r}"
-        )
-    return int(text)
+def k_value(text: str) -> int | Literal["auto"]:
+    """``--k``: ``auto`` or a number of draft tokens; checked as the flags are parsed, so a bad
+    value fails in one line before any model is fetched or built."""
+    try:
+        return parse_draft_tokens(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:
@@ -98,7 +104,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def app_mode(args: argparse.Namespace, draft: DraftSource) -> ModeSettings:
     """The mode the demo's app opens in: the demo's --mode and --k (PP+SD, K auto, by
     default, as in the terminal), drafting from ``draft`` (kept in PP, for a later switch)."""
-    from fleetgui.app.mode import Mode, ModeSettings
+    from fleetgui.app.mode import ModeSettings
 
     return ModeSettings(Mode(args.mode), args.k, draft)
 
@@ -119,32 +125,30 @@ def gui_arguments(
     )
 
 
-def _options(args: argparse.Namespace) -> Any:
-    from fleetgui.runtime.generation import GenerationOptions
-
-    return GenerationOptions(
-        max_new_tokens=args.max_new_tokens, speculative=args.mode != "pp", k=args.k
+def _config(args: argparse.Namespace) -> GenerationConfig:
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens, k=Mode(args.mode).draft_tokens(args.k)
     )
 
 
 async def _headless(args: argparse.Namespace) -> int:
     from fleetgui.commands.generate import result_record
-    from fleetgui.demo.models import start_demo
-    from fleetgui.demo.progress import CliProgress
+    from fleetgui.demo.start import start_demo
+    from fleetgui.training.progress import CliProgress
 
     bar = CliProgress()
     try:
         demo = await start_demo(args.size, progress=bar, draft=args.draft)
     finally:
         bar.close()
-    options = _options(args)
-    chat = _Chat(demo.pipeline, args.max_new_tokens) if demo.models.chat else None
+    config = _config(args)
+    chat = _Chat(demo.llm, config) if demo.models.chat else None
     try:
         if args.prompt is not None:
-            prompt = chat.prompt(args.prompt) if chat else args.prompt
-            result = await _answer(demo.pipeline, prompt, options, stream=not args.json)
+            prompt, asked = chat.prompt(args.prompt) if chat else (args.prompt, config)
+            result = await _answer(demo.llm, prompt, asked, stream=not args.json)
             if args.json:
-                record = result_record(result, options.speculative)
+                record = result_record(result, config.speculative)
                 record["model"] = demo.models.name
                 record["draft"] = demo.models.draft_name
                 print(json.dumps(record))
@@ -162,8 +166,8 @@ async def _headless(args: argparse.Namespace) -> int:
                 break
             if not line.strip():
                 break
-            prompt = chat.prompt(line) if chat else line
-            result = await _answer(demo.pipeline, prompt, options, stream=True)
+            prompt, asked = chat.prompt(line) if chat else (line, config)
+            result = await _answer(demo.llm, prompt, asked, stream=True)
             if chat and result is not None:
                 chat.replied(result.text)
         return 0
@@ -175,25 +179,28 @@ class _Chat:
     """The terminal chat's conversation, rendered with the model's template (oldest turns
     dropped when it no longer fits the context)."""
 
-    def __init__(self, pipeline: Any, max_new_tokens: int) -> None:
-        from fleetgui.runtime.chat_prompt import ChatPrompter
-
-        self.prompter = ChatPrompter.for_tokenizer(pipeline.tokenizer)
-        self.budget = max(1, pipeline.context_limit - max_new_tokens)
+    def __init__(self, llm: LLMPipeline, config: GenerationConfig) -> None:
+        self.llm = llm
+        self.config = config
         self.messages: list[dict[str, str]] = []
 
-    def prompt(self, text: str) -> str:
+    def prompt(self, text: str) -> tuple[str, GenerationConfig]:
+        """The conversation with ``text`` added, as the prompt and its configuration."""
         self.messages.append({"role": "user", "content": text})
-        return self.prompter.fit(self.messages, self.budget).text
+        return self.llm.chat_prompt(self.messages, self.config, fit=True)
 
     def replied(self, text: str) -> None:
         self.messages.append({"role": "assistant", "content": text})
 
 
-async def _answer(pipeline: Any, prompt: str, options: Any, *, stream: bool) -> Any:
+async def _answer(
+    llm: LLMPipeline, prompt: str, config: GenerationConfig, *, stream: bool
+) -> GenerationResult | None:
+    from fleetgui.runtime.generation import GenerationResult
+
     result = None
-    async for item in pipeline.stream(prompt, options):
-        if hasattr(item, "finish_reason"):
+    async for item in llm.astream_result(prompt, config):
+        if isinstance(item, GenerationResult):
             result = item
         elif stream:
             sys.stdout.write(item.text)
@@ -211,8 +218,8 @@ def _with_app(args: argparse.Namespace) -> int:
     from fleetgui import paths
     from fleetgui.commands import gui
     from fleetgui.demo.models import WORKERS, prepare_models
-    from fleetgui.demo.progress import CliProgress
-    from fleetgui.fleet.local_fleet import LocalFleet
+    from fleetgui.fleet.local_fleet.fleet import LocalFleet
+    from fleetgui.training.progress import CliProgress
 
     bar = CliProgress()
     try:

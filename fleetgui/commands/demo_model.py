@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetgui.demo.spec import SIZES
 from fleetgui.errors import FleetguiError
+from fleetgui.training.toy_pair.spec import SIZES
 
 NAME = "demo-model"
 HELP = "build the demo's draft model (or, with --size, the offline toy pair) on this PC"
@@ -22,7 +22,7 @@ DESCRIPTION = (
     "in the output folder is reused unless --force is given."
 )
 if TYPE_CHECKING:
-    from fleetgui.demo.progress import ProgressCallback
+    from fleetgui.training.progress import ProgressCallback
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
-        from fleetgui.demo import TqdmProgress, ensure_demo_pair
+        from fleetgui.training.progress import TqdmProgress
+        from fleetgui.training.toy_pair import ensure_demo_pair
     except ImportError as exc:
         raise FleetguiError(
             f"building the demo models needs torch, transformers and tokenizers ({exc}); "
@@ -113,9 +114,10 @@ def _real_draft(args: argparse.Namespace, bar: ProgressCallback) -> int:
     import json
 
     from fleetgui.demo.models import REAL_DRAFT_WEIGHTS, export_real_draft
-    from fleetgui.demo.smollm2_draft import MARKER, build_smollm2_draft
+    from fleetgui.demo.smollm2 import fetch_smollm2
+    from fleetgui.training.draft_distiller.distiller import MARKER, build_smollm2_draft
 
-    built = build_smollm2_draft(args.out, progress=bar, force=args.force)
+    built = build_smollm2_draft(args.out, gguf=fetch_smollm2(), progress=bar, force=args.force)
     info = json.loads((built / MARKER).read_text(encoding="utf-8"))
     export = export_real_draft(bar, built) if args.out is None else None
     print(f"SmolLM2-135M-Instruct draft in {built}")

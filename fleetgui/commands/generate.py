@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetgui.errors import FleetguiError
+from fleetgui.modes import MODES, Mode
 from fleetgui.runtime.draft_source import parse_draft
-from fleetgui.runtime.modes import MODES, interleaves, is_speculative
 
 if TYPE_CHECKING:
     from fleetgui.generation_config import GenerationConfig
@@ -76,18 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _options(args: argparse.Namespace) -> GenerationConfig:
     """The flags' generation configuration, checked before anything is loaded."""
-    from fleetgui.generation_config import GenerationConfig, speculative_k
+    from fleetgui.generation_config import GenerationConfig, parse_draft_tokens
 
-    if args.k == "auto":
-        k = None
-    else:
-        try:
-            k = int(args.k)
-        except ValueError:
-            raise FleetguiError(
-                f"--k must be a number from 1 to 16 or 'auto', not {args.k!r}"
-            ) from None
-    speculative = is_speculative(args.mode)
+    try:
+        k = parse_draft_tokens(args.k)
+    except ValueError as exc:
+        raise FleetguiError(f"--k: {exc}") from None
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -95,13 +89,13 @@ def _options(args: argparse.Namespace) -> GenerationConfig:
         top_p=args.top_p,
         seed=args.seed,
         stop=tuple(args.stop),
-        k=speculative_k(speculative, k),
+        k=Mode(args.mode).draft_tokens(k),
     )
     try:
         config.check()
     except ValueError as exc:
         raise FleetguiError(str(exc)) from exc
-    if speculative and args.draft is None:
+    if config.speculative and args.draft is None:
         raise FleetguiError(
             f"--mode {args.mode} needs a draft: add --draft DRAFT_EXPORT_DIR or --draft ngram"
         )
@@ -148,9 +142,9 @@ class _AnswerText:
 
 
 async def _generate(args: argparse.Namespace) -> int:
+    from fleetgui.assembler import aopen
     from fleetgui.export.manifest import read_manifest
-    from fleetgui.fleet.open_fleet import parse_worker_list
-    from fleetgui.front_door import aopen
+    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list
     from fleetgui.runtime.generation import GenerationResult
 
     if args.system is not None and not args.chat:
@@ -159,7 +153,7 @@ async def _generate(args: argparse.Namespace) -> int:
     if args.workers:
         parse_worker_list(args.workers)  # "--workers is empty", a worker listed twice
     read_manifest(args.export_dir)  # an export, never a model to export first (as open() does)
-    concurrent = interleaves(args.mode)  # pp+mb and pp+sd+mb: the prompts at once
+    concurrent = Mode(args.mode).interleaved  # pp+mb and pp+sd+mb: the prompts at once
     streams = max(1, args.streams if concurrent else 1)
     if concurrent and args.streams == 1:
         streams = len(args.prompt)
@@ -214,9 +208,11 @@ def _chat_prompts(
             args.export_dir,
         )
     head = [] if args.system is None else [{"role": "system", "content": args.system}]
-    config = llm.chat_config(config)
-    prompts = [llm.chat_prompt([*head, {"role": "user", "content": p}])[0] for p in args.prompt]
-    return prompts, config
+    prompts = []
+    for text in args.prompt:  # the configuration is the same for each: its format's stops
+        prompt, chat_config = llm.chat_prompt([*head, {"role": "user", "content": text}], config)
+        prompts.append(prompt)
+    return prompts, chat_config
 
 
 def _print_results(

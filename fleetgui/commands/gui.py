@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             "pip install 'fleetgui[app]'"
         ) from exc
     from fleetgui.addresses import format_address
-    from fleetgui.fleet.open_fleet import parse_worker_list
+    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list
 
     addresses = (
         [format_address(h, p) for h, p in parse_worker_list(args.workers)] if args.workers else []

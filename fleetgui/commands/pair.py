@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleetgui.fleet.open_fleet import pair_worker
+    from fleetgui.fleet.pairing.worker_addresses import pair_worker
     from fleetgui.net.keys import coordinator_identity, fingerprint, load_identity
 
     identity = load_identity(args.identity) if args.identity else coordinator_identity()

@@ -1,39 +1,10 @@
-"""The built-in demo model pair: a small Llama target and a distilled draft, built offline.
+"""``fleetgui demo``: what it serves and how it starts.
 
-Both models are trained on the Python standard library's own source code (present wherever
-Python is), with a byte-level BPE tokenizer trained on the same text, deterministically and in
-minutes on a laptop CPU. The draft is distilled from the target so that speculative decoding
-accepts most of its proposals.
+* :mod:`fleetgui.demo.smollm2` fetches the real chat model (SmolLM2-135M-Instruct) once;
+* :mod:`fleetgui.demo.models` says what the demo serves and exports it (the real model, its
+  draft, or the offline toy pair);
+* :mod:`fleetgui.demo.start` starts the demo on a local two-worker fleet.
 
-* :func:`build_demo_pair` builds a pair into a folder (atomically);
-* :func:`ensure_demo_pair` reuses a complete cached build or builds one;
-* :class:`DemoPair` points at the ``target/`` and ``draft/`` HF folders and the build record.
-
-torch, transformers and tokenizers are imported only when a build runs.
+The models the demo trains on this PC are built by :mod:`fleetgui.training`. Nothing is
+imported here, so importing a submodule stays cheap.
 """
-
-from fleetgui.demo.builder import (
-    INFO_FILE,
-    DemoPair,
-    build_demo_pair,
-    default_dir,
-    ensure_demo_pair,
-    load_pair,
-)
-from fleetgui.demo.progress import BuildProgress, ProgressCallback, TqdmProgress
-from fleetgui.demo.spec import SIZES, DemoSpec, get_spec
-
-__all__ = [
-    "INFO_FILE",
-    "SIZES",
-    "BuildProgress",
-    "DemoPair",
-    "DemoSpec",
-    "ProgressCallback",
-    "TqdmProgress",
-    "build_demo_pair",
-    "default_dir",
-    "ensure_demo_pair",
-    "get_spec",
-    "load_pair",
-]

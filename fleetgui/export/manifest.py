@@ -50,7 +50,7 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
-class StageEntry:
+class ManifestStage:
     """A stage as ``manifest.json`` stores it; its layers as a value: :meth:`Manifest.shard`."""
 
     index: int
@@ -80,7 +80,7 @@ class StageEntry:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StageEntry:
+    def from_dict(cls, data: dict[str, Any]) -> ManifestStage:
         return cls(
             index=int(data["index"]),
             start_layer=int(data["start_layer"]),
@@ -105,7 +105,7 @@ class Manifest:
     hidden_size: int
     vocab_size: int
     weight_format: str
-    stages: tuple[StageEntry, ...]
+    stages: tuple[ManifestStage, ...]
     tokenizer_files: tuple[FileEntry, ...] = ()
     layout: str = "stages"  # "stages", or "monolithic" (also an openvino_genai folder)
     config: dict[str, Any] = field(default_factory=dict)  # the source model's config.json
@@ -146,7 +146,7 @@ class Manifest:
                 f"manifest format version {version} is not {FORMAT_VERSION}: re-export the "
                 "model with this fleetgui version"
             )
-        stages = tuple(StageEntry.from_dict(s) for s in data["stages"])
+        stages = tuple(ManifestStage.from_dict(s) for s in data["stages"])
         parsed = ("stages", "tokenizer_files", "quality")
         fields = {k: v for k, v in data.items() if k not in parsed}
         tokenizer = tuple(FileEntry(**f) for f in data.get("tokenizer_files", ()))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fleetgui.errors import FleetguiError
 from fleetgui.export.compression import compress_weights, save_compressed
-from fleetgui.export.manifest import FileEntry, StageEntry
+from fleetgui.export.manifest import FileEntry, ManifestStage
 from fleetgui.export.model_source import ModelSource
 from fleetgui.export.stage_io import quiet_openvino_telemetry
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 MONOLITHIC_MODEL = "openvino_model.xml"  # the name openvino_genai.LLMPipeline looks for
 
 
-def export_monolithic(source: ModelSource, out_dir: Path, weights: str, key: str) -> StageEntry:
+def export_monolithic(source: ModelSource, out_dir: Path, weights: str, key: str) -> ManifestStage:
     """Write the unsplit model, its tokenizers and config into ``out_dir``; return its entry.
 
     Everything optimum writes besides the model (tokenizer files, OpenVINO tokenizer and
@@ -62,7 +62,7 @@ def export_monolithic(source: ModelSource, out_dir: Path, weights: str, key: str
                 shutil.move(str(file), out_dir / file.name)
     states = tuple(sorted(v.info.variable_id for v in model.get_variables()))
     log.info("monolithic model written to %s", xml)
-    return StageEntry(
+    return ManifestStage(
         index=0,
         start_layer=0,
         end_layer=source.n_layers,

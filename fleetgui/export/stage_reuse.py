@@ -13,7 +13,7 @@ from fleetgui.export.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestError,
-    StageEntry,
+    ManifestStage,
     check_files,
     read_manifest,
 )
@@ -23,7 +23,7 @@ from fleetgui.fsutil import atomic_write_text, link_or_copy
 DONE_SUFFIX = ".done.json"
 
 
-def previous_stages(out_dir: Path) -> dict[str, StageEntry]:
+def previous_stages(out_dir: Path) -> dict[str, ManifestStage]:
     """Stages of an existing, complete export in ``out_dir`` by key (to reuse their files)."""
     if not (out_dir / MANIFEST_NAME).is_file():
         return {}
@@ -62,14 +62,14 @@ def done_marker(partial: Path, key: str) -> Path:
 
 
 def reusable_stage(
-    key: str, index: int, partial: Path, previous: dict[str, StageEntry], out: Path
-) -> StageEntry | None:
+    key: str, index: int, partial: Path, previous: dict[str, ManifestStage], out: Path
+) -> ManifestStage | None:
     """A stage built with ``key`` by an earlier run whose files still check out, now in
     ``partial``; None when it must be built."""
     marker = done_marker(partial, key)
     if marker.is_file():
         try:
-            entry = StageEntry.from_dict(json.loads(marker.read_text(encoding="utf-8")))
+            entry = ManifestStage.from_dict(json.loads(marker.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError):
             entry = None
         if entry is not None and not check_files(partial, entry.files):

@@ -3,7 +3,7 @@
 A worker advertises ``_fleetgui._tcp.local.`` with :class:`ZeroconfAdvertiser`; its TXT record
 holds the essentials of its :class:`WorkerInfo` (:func:`encode_txt`), each ``key=value`` within
 DNS's 255-byte limit. A coordinator sees workers through a :class:`Discovery`: a
-:class:`ZeroconfBrowser`, or a :class:`~fleetgui.fleet.manual_workers.ManualDiscovery` that
+:class:`ZeroconfBrowser`, or a :class:`~fleetgui.fleet.pairing.manual_workers.ManualDiscovery` that
 probes the workers the user added (kept in ``workers.json``). Both keep ``workers`` (by
 address) and call ``on_change(event, info)`` on every addition, update and removal. A TXT
 record is only a hint (anyone on the LAN can send one); the coordinator pins the key from the

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.protocol import (
     DEFAULT_LIMITS,
     ErrorCode,
@@ -26,7 +27,7 @@ from fleetgui.net.protocol import (
     decode,
     encode,
 )
-from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.runtime.head import SparseDist
 from fleetgui.runtime.stage import (
     ForwardRequest,
     ForwardResult,
@@ -84,8 +85,8 @@ def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndar
             return {"kind": "greedy"}, []
         case LogitsHead():
             return {"kind": "logits"}, []
-        case SampleHead(params=params, u=u):
-            return {"kind": "sample", "params": _params_meta(params), "u": u}, []
+        case SampleHead(config=config, u=u):
+            return {"kind": "sample", "params": _params_meta(config), "u": u}, []
         case VerifyGreedyHead(drafts=drafts):
             return {"kind": "verify_greedy", "drafts": list(drafts)}, []
         case VerifySampleHead():
@@ -95,7 +96,7 @@ def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndar
             probs = np.concatenate([np.zeros(0, wide), *(d.probs.astype(wide) for d in dists)])
             meta = {
                 "kind": "verify_sample",
-                "params": _params_meta(head.params),
+                "params": _params_meta(head.config),
                 "drafts": list(head.drafts),
                 "u_accept": list(head.u_accept),
                 "u_resample": head.u_resample,
@@ -106,25 +107,31 @@ def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndar
     raise ProtocolError(ErrorCode.BAD_FIELD, f"unknown head op {type(head).__name__}")
 
 
-def _params_meta(params: SamplingParams) -> dict[str, Any]:
+def _params_meta(config: GenerationConfig) -> dict[str, Any]:
+    """The sampling fields of a request's configuration: all the head reads of it."""
     return {
-        "temperature": params.temperature,
-        "top_k": params.top_k,
-        "top_p": params.top_p,
-        "seed": params.seed,
+        "temperature": config.temperature,
+        "top_k": config.top_k,
+        "top_p": config.top_p,
+        "seed": config.seed,
     }
 
 
-def _params_from(meta: Any) -> SamplingParams:
+def _params_from(meta: Any) -> GenerationConfig:
     if not isinstance(meta, dict):
         raise _bad("params", "need an object")
     seed = None if meta.get("seed") is None else _int(meta, "seed", 0, 2**128)
+    config = GenerationConfig(
+        temperature=_float(meta, "temperature"),
+        top_k=_int(meta, "top_k", 0, 2**31),
+        top_p=_float(meta, "top_p"),
+        seed=seed,
+    )
     try:
-        return SamplingParams(
-            _float(meta, "temperature"), _int(meta, "top_k", 0, 2**31), _float(meta, "top_p"), seed
-        )
+        config.check_sampling()
     except ValueError as exc:
         raise _bad("params", str(exc)) from None
+    return config
 
 
 def _head_from(meta: Any, extra: tuple[np.ndarray, ...]) -> HeadOp | None:

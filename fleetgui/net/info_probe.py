@@ -99,7 +99,7 @@ class WorkerProbeError(FleetguiError):
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeResult:
+class ProbeStatus:
     """What probing a known worker found: its last record, and why it is not usable."""
 
     address: str  # host:port of the encrypted protocol
@@ -345,11 +345,11 @@ async def probe_status(
     *,
     last: WorkerInfo | None = None,
     context: zmq.asyncio.Context | None = None,
-) -> ProbeResult:
-    """:func:`probe` as a :class:`ProbeResult` (never raises a probe failure); ``last`` is the
+) -> ProbeStatus:
+    """:func:`probe` as a :class:`ProbeStatus` (never raises a probe failure); ``last`` is the
     record to keep showing when the worker is not seen."""
     address = format_address(host, port)
     try:
-        return ProbeResult(address, await probe(host, port, timeout_s, context=context))
+        return ProbeStatus(address, await probe(host, port, timeout_s, context=context))
     except WorkerProbeError as exc:
-        return ProbeResult(address, last, exc.reason, exc.detail)
+        return ProbeStatus(address, last, exc.reason, exc.detail)

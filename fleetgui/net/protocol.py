@@ -75,7 +75,7 @@ class Op(enum.IntEnum):
     UNLOAD = 27  # drop the loaded stages
     HEARTBEAT = 30
     METRICS = 31
-    # meta: fleet.probe_timing.ProbeSpec; answered with PROFILE, meta ProbeResult + "stage_device"
+    # meta: worker.probe_timing.ProbeSpec; answered with PROFILE, meta ProbeTimings + "stage_device"
     PROFILE = 32
     # a worker holding the whole model runs plain decode steps by itself: meta {"epoch", "token",
     # "heads": [head], "stop_ids": [int]}; one RESULT per step, the last one flagged FINAL

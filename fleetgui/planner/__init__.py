@@ -22,13 +22,11 @@ from fleetgui.planner.profiles import (
     parse_devices,
     save_devices,
 )
-from fleetgui.planner.replan import DeviceLost, ReplanError, SpeedDrift, replan
 from fleetgui.planner.solver import NoPlanFitsError, solve, try_solve
 
 __all__ = [
     "Alternative",
     "ComputeProfile",
-    "DeviceLost",
     "DeviceProfile",
     "DevicesFileError",
     "Layout",
@@ -41,8 +39,6 @@ __all__ = [
     "Plan",
     "PlanConfig",
     "PlanMismatchError",
-    "ReplanError",
-    "SpeedDrift",
     "StageAssignment",
     "brute_force",
     "candidate_layouts",
@@ -53,7 +49,6 @@ __all__ = [
     "parse_devices",
     "plan_fixed_stages",
     "plan_layout",
-    "replan",
     "save_devices",
     "solve",
     "stage_groups",

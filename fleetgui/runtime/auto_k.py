@@ -12,16 +12,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-K_MIN, K_MAX = 1, 16
+from fleetgui.generation_config import K_MAX, K_MIN
+
 OFF = 0  # what K auto chooses for a plain decoding step (speculation does not pay now)
 MIN_SLOPE = 0.05  # the least a draft adds to a round, as a share of an average round
 UNBRAKED_ALPHA = 0.99  # the acceptance rate a lone stream's choice believes at most
-
-
-def check_k(k: int) -> int:
-    if not K_MIN <= k <= K_MAX:
-        raise ValueError(f"K must be between {K_MIN} and {K_MAX} (or auto), got {k}")
-    return k
 
 
 @dataclass

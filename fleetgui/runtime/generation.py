@@ -1,7 +1,9 @@
-"""What a generation is asked, whether it can be served, and what it gives back.
+"""What a generation gives back, whether it can be served, and what serves it.
 
 The vocabulary of :class:`~fleetgui.runtime.pipeline.Pipeline` and of the fleet's replicated
-pipeline alike: the options of a request, the text deltas of a stream and its result.
+pipeline alike: the text deltas of a stream and its result, the check of a request (its
+:class:`~fleetgui.generation_config.GenerationConfig` and prompt), and :class:`Runtime`, what
+the front door's ``LLMPipeline`` asks of either.
 """
 
 from __future__ import annotations
@@ -10,27 +12,20 @@ import contextlib
 import enum
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.auto_k import check_k
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.generation_config import GenerationConfig
 
 if TYPE_CHECKING:
+    from fleetgui.runtime.metrics import MetricsBus
+    from fleetgui.runtime.speculative import Drafter
+    from fleetgui.runtime.stream_limit import StreamLimit
     from fleetgui.runtime.tokenizer import Tokenizer
 
 
 class GenerationError(FleetguiError):
     """A request that cannot be served as asked (the message says how to fix it)."""
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    max_new_tokens: int = 128
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop_strings: tuple[str, ...] = ()
-    speculative: bool = False  # PP+SD: needs the pipeline's draft model
-    k: int | None = None  # draft tokens per round; None: auto
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,7 @@ async def final_result(
 
 def check_request(
     prompt: str,
-    options: GenerationOptions,
+    config: GenerationConfig,
     tokenizer: Tokenizer,
     *,
     context_limit: int,
@@ -93,23 +88,15 @@ def check_request(
     model: callers on the event loop run this on a thread."""
     if not prompt or not prompt.strip():
         raise GenerationError("the prompt is empty: give some text to continue")
-    if options.max_new_tokens < 1:
-        raise GenerationError("max new tokens must be at least 1")
     try:
-        options.sampling.validate()
+        config.check()
     except ValueError as exc:
         raise GenerationError(str(exc)) from exc
-    if options.speculative:
-        if not has_drafter:
-            raise GenerationError(
-                "speculative decoding needs a draft model or the n-gram drafter: pass "
-                "--draft DRAFT_EXPORT_DIR or --draft ngram"
-            )
-        if options.k is not None:
-            try:
-                check_k(options.k)
-            except ValueError as exc:
-                raise GenerationError(str(exc)) from exc
+    if config.speculative and not has_drafter:
+        raise GenerationError(
+            "speculative decoding needs a draft model or the n-gram drafter: pass "
+            "--draft DRAFT_EXPORT_DIR or --draft ngram"
+        )
     ids = tokenizer.encode(prompt)
     if len(ids) >= context_limit:
         raise GenerationError(
@@ -117,3 +104,30 @@ def check_request(
             f"{context_limit}: shorten it to fewer than {context_limit} tokens"
         )
     return ids
+
+
+class Runtime(Protocol):
+    """What generates behind the front door's ``LLMPipeline``: a
+    :class:`~fleetgui.runtime.pipeline.Pipeline` (stages here or on a fleet's ring) or the
+    fleet's :class:`~fleetgui.fleet.session.replicas.ReplicatedPipeline`."""
+
+    tokenizer: Tokenizer
+    context_limit: int
+    draft: Drafter | None  # the drafter speculative answers need (None: none deployed)
+    metrics: MetricsBus  # every stage's and stream's events, for the dashboard and benchmarks
+    streams: StreamLimit  # generations at once; more wait their turn
+
+    def stream(
+        self, prompt: str, config: GenerationConfig
+    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
+        """Text deltas as tokens are accepted, then the result; closing it early stops the
+        generation and frees its state everywhere."""
+        ...
+
+    async def complete(self, prompt: str, config: GenerationConfig) -> GenerationResult:
+        """The whole answer to ``prompt``."""
+        ...
+
+    async def close(self) -> None:
+        """Free the stages (and the drafter)."""
+        ...

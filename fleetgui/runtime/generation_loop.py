@@ -32,7 +32,7 @@ async def stream_steps(
     rounds with ``drafter`` if the stream asks for them, else the plain decode run).
     ``generating``: how many streams are generating now, asked before each round."""
     yield await _first_tokens(stream, target, drafter)
-    if stream.options.speculative:
+    if stream.config.speculative:
         if drafter is None:
             raise GenerationError("speculative decoding needs a draft model")
         while True:
@@ -47,7 +47,7 @@ async def _first_tokens(
 ) -> list[int]:
     """Prefill the target (and, overlapping it, the draft) and return the first token."""
     head = stream.plain_head()
-    if not (stream.options.speculative and drafter is not None):
+    if not (stream.config.speculative and drafter is not None):
         return (await target.run(stream, [], head)).tokens
     async with asyncio.TaskGroup() as group:
         first = group.create_task(target.run(stream, [], head))

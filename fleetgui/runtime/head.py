@@ -3,7 +3,7 @@
 The last pipeline stage holds the target model's full logits; they never cross the network.
 This module is the small, pure-numpy "head" that runs there and turns them into token ids:
 
-* :func:`probabilities` applies temperature, top-k and top-p (nucleus) to logits;
+* :func:`probabilities` applies a request's temperature, top-k and top-p (nucleus) to logits;
 * :func:`sample` draws one token by inverse-CDF sampling with a uniform supplied by the caller;
 * :class:`SparseDist` is the draft model's distribution over its support only, which travels
   with the draft tokens so that the head can verify them
@@ -18,12 +18,14 @@ deterministic in its inputs.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from fleetgui.generation_config import GenerationConfig
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int32]
@@ -37,58 +39,6 @@ _TOP_P_TOLERANCE = 1e-9
 # set geometrically when their mass is below top_p); sorting a whole 150k vocabulary per row
 # would dominate the head's latency.
 _NUCLEUS_CANDIDATES = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """How one stream turns the target's logits into tokens.
-
-    ``temperature == 0`` means greedy decoding (argmax, lowest token id on exact ties); then
-    ``top_k`` and ``top_p`` have no effect. Invalid values raise :class:`ValueError` on
-    construction (and from :meth:`validate`).
-    """
-
-    temperature: float = 0.0  # 0 means greedy
-    top_k: int = 0  # 0: no top-k cut
-    top_p: float = 1.0  # 1: no nucleus cut
-    seed: int | None = None  # stream RNG seed (None: from OS entropy)
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    @property
-    def greedy(self) -> bool:
-        """Whether these parameters mean greedy decoding (temperature 0)."""
-        return self.temperature == 0
-
-    def validate(self) -> None:
-        """Raise :class:`ValueError` with a message naming the bad value and the valid range."""
-        temperature = self.temperature
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-            raise ValueError(f"temperature must be a number, got {temperature!r}")
-        if not math.isfinite(temperature) or temperature < 0:
-            raise ValueError(
-                f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}"
-            )
-        top_k = self.top_k
-        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
-            raise ValueError(f"top_k must be an integer, got {top_k!r}")
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables the top-k cut), got {top_k}")
-        top_p = self.top_p
-        if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
-            raise ValueError(f"top_p must be a number, got {top_p!r}")
-        if not 0 < top_p <= 1:  # also rejects NaN
-            raise ValueError(f"top_p must be in (0, 1] (1 disables the nucleus cut), got {top_p!r}")
-        seed = self.seed
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
-        ):
-            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
-
-    def make_rng(self) -> np.random.Generator:
-        """The stream's generator: seeded with ``seed``, or from OS entropy when it is None."""
-        return np.random.default_rng(self.seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,12 +102,12 @@ def _cut_row(p: FloatArray, top_k: int, top_p: float) -> tuple[npt.NDArray[np.in
     return kept, p[kept] / p[kept].sum()
 
 
-def probabilities(logits: npt.ArrayLike, params: SamplingParams) -> FloatArray:
-    """The token distribution(s) ``params`` defines on ``logits``, in float64.
+def probabilities(logits: npt.ArrayLike, config: GenerationConfig) -> FloatArray:
+    """The token distribution(s) ``config``'s sampling fields define on ``logits``, in float64.
 
     ``logits`` is ``[V]`` or ``[N, V]`` (rows are independent). Steps per row:
 
-    1. greedy params: one-hot on the argmax (lowest id on exact ties), done;
+    1. greedy: one-hot on the argmax (lowest id on exact ties), done;
     2. ``softmax(logits / temperature)`` in float64 with max-subtraction;
     3. top-k: keep the ``top_k`` most probable tokens (ties by lowest id), renormalise;
     4. top-p: keep the smallest set of most probable tokens (ties by lowest id) whose mass in the
@@ -166,7 +116,7 @@ def probabilities(logits: npt.ArrayLike, params: SamplingParams) -> FloatArray:
     ``-inf`` logits are allowed (masked tokens get probability 0); NaN, ``+inf`` or an all
     ``-inf`` row raise :class:`ValueError`. The result has the shape of ``logits``.
     """
-    params.validate()
+    config.check_sampling()  # a request from the network is checked here, at its use
     x = np.asarray(logits)
     if x.ndim not in (1, 2) or x.shape[-1] == 0:
         raise ValueError(f"logits must have shape [V] or [N, V] with V > 0, got {x.shape}")
@@ -179,21 +129,21 @@ def probabilities(logits: npt.ArrayLike, params: SamplingParams) -> FloatArray:
     if np.isneginf(row_max).any():
         raise ValueError("a row of logits is entirely -inf: no token is possible")
 
-    if params.greedy:
+    if config.greedy:
         out = np.zeros(rows.shape, dtype=np.float64)
         out[np.arange(rows.shape[0]), rows.argmax(axis=-1)] = 1.0  # argmax: first maximum
         return out.reshape(x.shape)
 
     z = rows.astype(np.float64)
     z -= row_max  # max-subtraction first: exp cannot overflow
-    z /= params.temperature
+    z /= config.temperature
     np.exp(z, out=z)
     z /= z.sum(axis=-1, keepdims=True)
 
-    top_k = params.top_k if 0 < params.top_k < z.shape[-1] else 0
-    if top_k or params.top_p < 1.0:
+    top_k = config.top_k if 0 < config.top_k < z.shape[-1] else 0
+    if top_k or config.top_p < 1.0:
         for i in range(z.shape[0]):
-            kept, values = _cut_row(z[i], top_k, params.top_p)
+            kept, values = _cut_row(z[i], top_k, config.top_p)
             z[i] = 0.0
             z[i, kept] = values
     return z.reshape(x.shape)

@@ -36,7 +36,7 @@ def run_head(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], 
     if isinstance(head, GreedyHead):
         return [int(_top1(request, 1, has_top1)[0])], 0
     if isinstance(head, SampleHead):
-        probs = probabilities(_logits(request, 1)[0], head.params)
+        probs = probabilities(_logits(request, 1)[0], head.config)
         return [sample(probs, head.u)], 0
     if isinstance(head, VerifyGreedyHead):
         accepted, tokens = verify_greedy(
@@ -44,7 +44,7 @@ def run_head(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], 
         )
         return tokens, accepted
     if isinstance(head, VerifySampleHead):
-        probs = probabilities(_logits(request, len(head.drafts) + 1), head.params)
+        probs = probabilities(_logits(request, len(head.drafts) + 1), head.config)
         accepted, tokens = verify_sampling(
             probs, head.drafts, head.draft_dists, head.u_accept, head.u_resample
         )

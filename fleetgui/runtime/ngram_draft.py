@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.head import SparseDist
 from fleetgui.runtime.speculative import Proposal
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,12 @@ class NgramDraft:
         stream_id: int,
         committed: list[int],
         k: int,
-        params: SamplingParams,
+        config: GenerationConfig,
         rng: np.random.Generator,
     ) -> Proposal:
         """Up to ``k`` drafts continuing ``committed`` (none without a match); ``rng`` is not
         used: nothing is sampled."""
-        return self.proposal(stream_id, committed, k, params.greedy)
+        return self.proposal(stream_id, committed, k, config.greedy)
 
     def predictable(self, stream_id: int, committed: list[int]) -> bool:
         n, _ = self._synced(stream_id, committed).match()

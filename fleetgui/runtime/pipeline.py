@@ -17,11 +17,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 
-import numpy as np
-
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import AutoK, AutoKMemory
 from fleetgui.runtime.generation import (
-    GenerationOptions,
     GenerationResult,
     TokenDelta,
     check_request,
@@ -80,7 +78,7 @@ class Pipeline:
         new_auto_k: Callable[[], AutoK] = AutoK,
         max_streams: int | None = None,
     ) -> None:
-        """``new_auto_k`` makes each stream's chooser of K (for ``k=None``); benchmarks pass
+        """``new_auto_k`` makes each stream's chooser of K (for ``k="auto"``); benchmarks pass
         differently set ones to compare them. ``max_streams``: generations at once, the
         others wait their turn (None: no limit; ``streams.set`` changes it)."""
         self.route = route
@@ -107,19 +105,43 @@ class Pipeline:
 
     # -- public API ---------------------------------------------------------------------------
 
-    async def complete(self, prompt: str, options: GenerationOptions) -> GenerationResult:
+    async def complete(self, prompt: str, config: GenerationConfig) -> GenerationResult:
         """Generate a whole answer to ``prompt``."""
-        return await final_result(self._generate(prompt, options))
+        return await final_result(self.stream(prompt, config))
 
     async def stream(
-        self, prompt: str, options: GenerationOptions
+        self, prompt: str, config: GenerationConfig
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
-        """Text deltas as tokens are accepted, then the ``GenerationResult``. Closing the
-        generator early (``aclose``, or leaving an ``async with aclosing(...)``) stops the
-        generation and frees the stream's state on every stage at once."""
-        async with contextlib.aclosing(self._generate(prompt, options)) as items:
-            async for item in items:
-                yield item
+        """Text deltas as tokens are accepted, then the ``GenerationResult``. The request is
+        checked at once, then waits for a slot (``streams``). Closing the generator early
+        (``aclose``, or leaving an ``async with aclosing(...)``) stops the generation and frees
+        the stream's state on every stage at once."""
+        prompt_ids = await asyncio.to_thread(self._check, prompt, config)  # may run a model
+        async with self.streams.slot():
+            stream = StreamState(
+                next(self._ids),
+                prompt_ids,
+                config,
+                config.make_rng(),
+                auto_k=self._k_memory.new_chooser(self.new_auto_k),
+            )
+            stream.committed = list(prompt_ids)
+            # the drafter as the stream starts: benchmarks swap it between generations
+            drafter = self.draft if config.speculative else None
+            generation = self._generation(stream, drafter)
+            self._active += 1
+            try:
+                async with contextlib.aclosing(generation.deltas()) as deltas:
+                    async for delta in deltas:
+                        yield delta
+            finally:
+                self._active -= 1
+                if (stream.ks or stream.plain_steps) and config.auto_k:
+                    self._k_memory.remember(self.new_auto_k, stream.auto_k)
+                await self.route.release(stream.id)
+                if drafter is not None:
+                    await drafter.release(stream.id)
+        yield generation.result(prompt, self.metrics)
 
     def with_streams(self, streams: StreamLimit) -> Pipeline:
         """This pipeline's stages, drafter, tokenizer, metrics and stream ids behind another
@@ -139,40 +161,17 @@ class Pipeline:
 
     # -- admission and the per-stream loop ----------------------------------------------------
 
-    def _check(self, prompt: str, options: GenerationOptions) -> list[int]:
+    def _check(self, prompt: str, config: GenerationConfig) -> list[int]:
         return check_request(
             prompt,
-            options,
+            config,
             self.tokenizer,
             context_limit=self.context_limit,
             has_drafter=self.draft is not None,
         )
 
-    async def _generate(
-        self, prompt: str, options: GenerationOptions
-    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
-        """Checks the request at once, then waits for a slot (``streams``) to generate."""
-        prompt_ids = await asyncio.to_thread(self._check, prompt, options)  # may run a model
-        async with self.streams.slot():
-            generated = self._generate_checked(prompt, prompt_ids, options)
-            async with contextlib.aclosing(generated) as items:
-                async for item in items:
-                    yield item
-
-    async def _generate_checked(
-        self, prompt: str, prompt_ids: list[int], options: GenerationOptions
-    ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
-        """One admitted stream: its loop, then (with its state freed everywhere) its result."""
-        stream = StreamState(
-            next(self._ids),
-            prompt_ids,
-            options,
-            np.random.default_rng(options.sampling.seed),
-            auto_k=self._k_memory.new_chooser(self.new_auto_k),
-        )
-        stream.committed = list(prompt_ids)
-        # the settings as the stream starts: benchmarks swap the drafter between generations
-        drafter = self.draft if options.speculative else None
+    def _generation(self, stream: StreamState, drafter: Drafter | None) -> StreamGeneration:
+        """The loop of an admitted stream through this pipeline's route (and ``drafter``)."""
         target = TargetPasses(
             self.route,
             self.metrics,
@@ -181,24 +180,11 @@ class Pipeline:
             compaction=self.compaction,
             stop_ids=frozenset(self.tokenizer.eos_token_ids),
         )
-        generation = StreamGeneration(
+        return StreamGeneration(
             stream,
             stream_steps(stream, target, drafter, lambda: self._active),
-            IncrementalText(self.tokenizer, options.stop_strings),
+            IncrementalText(self.tokenizer, stream.config.stop),
             context_limit=self.context_limit,
             eos_ids=self.tokenizer.eos_token_ids,
             count_tokens=self._count_tokens,
         )
-        self._active += 1
-        try:
-            async with contextlib.aclosing(generation.deltas()) as deltas:
-                async for delta in deltas:
-                    yield delta
-        finally:
-            self._active -= 1
-            if (stream.ks or stream.plain_steps) and options.k is None:
-                self._k_memory.remember(self.new_auto_k, stream.auto_k)
-            await self.route.release(stream.id)
-            if drafter is not None:
-                await drafter.release(stream.id)
-        yield generation.result(prompt, self.metrics)

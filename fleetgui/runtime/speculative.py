@@ -15,7 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from fleetgui.runtime.head import SamplingParams, SparseDist, probabilities, sample
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.head import SparseDist, probabilities, sample
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
 from fleetgui.runtime.stage import (
@@ -49,7 +50,7 @@ class Drafter(Protocol):
         stream_id: int,
         committed: list[int],
         k: int,
-        params: SamplingParams,
+        config: GenerationConfig,
         rng: np.random.Generator,
     ) -> Proposal:
         """At most ``k`` drafts continuing ``committed`` (with their distributions when
@@ -134,7 +135,7 @@ class DraftModel:
         stream_id: int,
         committed: list[int],
         k: int,
-        params: SamplingParams,
+        config: GenerationConfig,
         rng: np.random.Generator,
     ) -> Proposal:
         """K draft tokens continuing ``committed`` (greedy, or sampled with their distributions).
@@ -142,7 +143,7 @@ class DraftModel:
         All K passes run in one go: on the event loop's thread when the last proposal says they
         take at most ``inline_ms``, else on one worker thread (two thread wake-ups instead of
         two a pass)."""
-        args = (stream_id, committed, k, params, rng)
+        args = (stream_id, committed, k, config, rng)
         expected = None if self._pass_ms is None else self._pass_ms * k
         if fits_inline(expected, self.inline_ms):
             async with self.stage.lock:
@@ -157,7 +158,7 @@ class DraftModel:
         stream_id: int,
         committed: list[int],
         k: int,
-        params: SamplingParams,
+        config: GenerationConfig,
         rng: np.random.Generator,
     ) -> Proposal:
         started = time.perf_counter()
@@ -166,10 +167,10 @@ class DraftModel:
         logits = self._feed(stream_id, committed, len(committed))
         first_ms = (time.perf_counter() - started) * 1000  # also catches up on the last round
         for i in range(k):
-            if params.greedy:
+            if config.greedy:
                 token = int(np.argmax(logits))
             else:
-                probs = probabilities(logits, params)
+                probs = probabilities(logits, config)
                 token = sample(probs, float(rng.random()))
                 dists.append(SparseDist.from_dense(probs))
             drafts.append(token)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from fleetgui.runtime.head import SamplingParams
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import SpeculationRound
 from fleetgui.runtime.speculative import Drafter, Proposal
 from fleetgui.runtime.stage import HeadOp, VerifyGreedyHead, VerifySampleHead
@@ -22,30 +22,29 @@ async def speculative_step(
 ) -> list[int]:
     """The tokens of one round (or plain step) of ``stream``; ``streams``: how many streams
     are generating now (K auto holds K steadier with several)."""
-    options = stream.options
+    config = stream.config
     auto = stream.auto_k
-    probe = options.k is None and auto.off  # a round now probes speculation again
-    if options.k is not None:
-        k = options.k
+    probe = config.auto_k and auto.off  # a round now probes speculation again
+    if isinstance(config.k, int):
+        k = config.k
     else:  # OFF (0) while speculation does not pay: a plain step
         predictable = probe and drafter.predictable(stream.id, stream.committed)
         k = auto.choose(streams, predictable=predictable)
     k = min(
         k,
-        options.max_new_tokens - len(stream.generated),
+        config.max_new_tokens - len(stream.generated),
         stream.room(target.context_limit) - 1,
     )
     if k < 1:
         return await plain_step(stream, target)
-    params = options.sampling
     started = time.perf_counter()
-    proposal = await drafter.propose(stream.id, stream.committed, k, params, stream.rng)
+    proposal = await drafter.propose(stream.id, stream.committed, k, config, stream.rng)
     # the proposal's wall time: a hand-off to a thread and back costs the round too
     draft_ms = (time.perf_counter() - started) * 1000
     if not proposal.drafts:  # e.g. no n-gram match: nothing to verify, not a round
         return await plain_step(stream, target)
     k = len(proposal.drafts)  # a drafter may propose fewer than asked
-    head = _verify_head(params, proposal, stream.rng)
+    head = _verify_head(config, proposal, stream.rng)
     started = time.perf_counter()
     result = await target.run(stream, proposal.drafts, head)
     verify_ms = (time.perf_counter() - started) * 1000
@@ -78,14 +77,14 @@ async def plain_step(stream: StreamState, target: TargetPasses) -> list[int]:
     return result.tokens
 
 
-def _verify_head(params: SamplingParams, proposal: Proposal, rng: np.random.Generator) -> HeadOp:
+def _verify_head(config: GenerationConfig, proposal: Proposal, rng: np.random.Generator) -> HeadOp:
     """The head that judges ``proposal``'s drafts: greedy, or speculative sampling with this
     round's uniforms (drawn from the stream's ``rng`` after the proposal's)."""
-    if params.greedy:
+    if config.greedy:
         return VerifyGreedyHead(tuple(proposal.drafts))
     u_accept, u_resample = uniforms_for_round(rng, len(proposal.drafts))
     return VerifySampleHead(
-        params,
+        config,
         tuple(proposal.drafts),
         tuple(proposal.dists),
         tuple(float(u) for u in u_accept),

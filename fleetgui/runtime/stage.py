@@ -19,7 +19,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from fleetgui.runtime.head import SamplingParams, SparseDist
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.head import SparseDist
 from fleetgui.shard import Shard
 
 # Short work may run on the event loop's thread instead of going to a worker thread and back,
@@ -47,7 +48,7 @@ class GreedyHead:
 class SampleHead:
     """Sample the token at the last position from the target's distribution with ``u``."""
 
-    params: SamplingParams
+    config: GenerationConfig  # the head reads its sampling fields
     u: float
 
 
@@ -63,7 +64,7 @@ class VerifySampleHead:
     """Speculative sampling (Leviathan et al.) of ``drafts`` against the target's probabilities;
     ``draft_dists`` are the draft's distributions the drafts were sampled from."""
 
-    params: SamplingParams
+    config: GenerationConfig  # the head reads its sampling fields
     drafts: tuple[int, ...]
     draft_dists: tuple[SparseDist, ...]
     u_accept: tuple[float, ...]

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import AutoK
-from fleetgui.runtime.generation import FinishReason, GenerationOptions
+from fleetgui.runtime.generation import FinishReason
 from fleetgui.runtime.sequence import FedTokens
 from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
 
@@ -18,7 +19,7 @@ from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
 class StreamState:
     id: int
     prompt_ids: list[int]
-    options: GenerationOptions
+    config: GenerationConfig
     rng: np.random.Generator
     target: FedTokens = field(default_factory=FedTokens)
     committed: list[int] = field(default_factory=list)
@@ -39,8 +40,8 @@ class StreamState:
     def plain_head(self) -> HeadOp:
         """The head of a step without drafts: greedy, or sampling with the stream's next
         uniform."""
-        params = self.options.sampling
-        return GreedyHead() if params.greedy else SampleHead(params, float(self.rng.random()))
+        config = self.config
+        return GreedyHead() if config.greedy else SampleHead(config, float(self.rng.random()))
 
     def commit(
         self, tokens: list[int], eos_ids: Collection[int]
@@ -48,7 +49,7 @@ class StreamState:
         """Append ``tokens`` up to EOS and the token limit; the tokens taken and the finish
         reason (EOS, MAX_TOKENS, or None to go on)."""
         taken: list[int] = []
-        limit = self.options.max_new_tokens
+        limit = self.config.max_new_tokens
         for token in tokens:
             if token in eos_ids:
                 self.committed += taken

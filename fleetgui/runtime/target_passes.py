@@ -72,7 +72,7 @@ class TargetPasses:
             stream.id,
             pending[0],
             steps=min(
-                stream.options.max_new_tokens - len(stream.generated),
+                stream.config.max_new_tokens - len(stream.generated),
                 stream.room(self.context_limit),
             ),
             next_head=stream.plain_head,

@@ -9,15 +9,15 @@ pass otherwise. Requests:
 * HAVE_FILES / PUT_CHUNK: shard files, resumable, checked by sha256; LOAD_STAGE / UNLOAD:
   compile the stages a coordinator assigned; PROFILE: time a probe stage on this PC's devices
   (all in :mod:`stage_host`).
-* RING: the ring this worker is part of (:mod:`ring_place`): its epoch, the next worker (or
+* RING: the ring this worker is part of (:mod:`ring_membership`): its epoch, the next worker (or
   none: results go back to the coordinator that sent RING) and the previous worker's key, which
   may then send FORWARD. A new ring drops every stream's state; FORWARDs of an older epoch are
   dropped, so a message still travelling from before a failover never touches a rebuilt cache.
 * FORWARD: run the hosted stages, then pass the activations to the next worker, or send the
   head's RESULT to the coordinator. Errors go straight to the coordinator.
 * DECODE / STOP_DECODE: a worker holding the whole model runs a stream's plain decode steps by
-  itself, one RESULT per step (:mod:`worker_decode`). FORWARD and DECODE, the data path, are
-  served by :mod:`worker_passes`.
+  itself, one RESULT per step (:mod:`decode_run`). FORWARD and DECODE, the data path, are
+  served by :mod:`data_path`.
 * RESET / RELEASE: a stream's state (ending its DECODE first). HEARTBEAT: liveness and load.
 
 A handler that cannot serve a request raises; :meth:`WorkerAgent._answered` answers every
@@ -40,9 +40,9 @@ from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import ErrorCode, Op, ProtocolError, RefusedError
 from fleetgui.net.secure_socket import Incoming, SecureServer
 from fleetgui.net.trust import Authorizer
-from fleetgui.worker.passes import WorkerPasses
+from fleetgui.worker.data_path import DataPath
 from fleetgui.worker.replies import reply, reply_error
-from fleetgui.worker.ring_place import RingPlace
+from fleetgui.worker.ring_membership import RingMembership
 from fleetgui.worker.stage_host import StageHost
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,12 @@ class WorkerAgent:
         self.authorizer = authorizer
         self.server = SecureServer(identity, authorizer, name=config.name)
         self.host = StageHost(config)
-        self.ring = RingPlace(identity, authorizer, config.connect_timeout_s)
+        self.ring = RingMembership(identity, authorizer, config.connect_timeout_s)
         self._info = info or (lambda: {"name": config.name})
         self._tasks: set[asyncio.Task[None]] = set()
-        self.passes = WorkerPasses(config, self.server, self.host, self.ring)
+        self.data_path = DataPath(config, self.server, self.host, self.ring)
         self._handlers: dict[Op, Callable[[Incoming], Coroutine[Any, Any, None]]] = {
-            Op.FORWARD: self.passes.forward,
+            Op.FORWARD: self.data_path.forward,
             Op.HELLO: self._hello,
             Op.HEARTBEAT: self._heartbeat,
             Op.HAVE_FILES: self._have_files,
@@ -98,8 +98,8 @@ class WorkerAgent:
             Op.RESET: self._stream_op,
             Op.RELEASE: self._stream_op,
             Op.PROFILE: self._profile,
-            Op.DECODE: self.passes.decode,
-            Op.STOP_DECODE: self.passes.stop_decode,
+            Op.DECODE: self.data_path.decode,
+            Op.STOP_DECODE: self.data_path.stop_decode,
         }
 
     @property
@@ -182,7 +182,7 @@ class WorkerAgent:
             "model_id": hosted.spec.model_id if hosted else None,
             "stages": list(hosted.spec.indices) if hosted else [],
             "streams": len(hosted.stages[0].stream_ids()) if hosted else 0,
-            "forwards": self.passes.forwards,
+            "forwards": self.data_path.forwards,
             "free_ram_bytes": int(psutil.virtual_memory().available),
         }
 
@@ -227,7 +227,8 @@ class WorkerAgent:
 
     async def _stream_op(self, incoming: Incoming) -> None:
         stream_id = incoming.message.stream_id
-        await self.passes.decodes.stop(stream_id)  # its next step would write the cache being reset
+        # its next step would write the cache being reset
+        await self.data_path.decodes.stop(stream_id)
         async with self.host.compute:
             hosted = self.host.hosted
             if hosted is not None:

@@ -37,13 +37,14 @@ MAX_STAGES_PER_WORKER = 256
 WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
 
 
-class StageSpecError(ValueError):
+class LoadSpecError(ValueError):
     """A LOAD_STAGE request that does not describe loadable stages."""
 
 
 @dataclass(frozen=True, slots=True)
-class StageSpec:
-    """One stage to load: its layers, its files and which of them are its IR models."""
+class StageToLoad:
+    """One stage a LOAD_STAGE asks a worker to load: its index in the export, its layers, its
+    files and which of them are its IR models."""
 
     index: int
     shard: Shard
@@ -68,7 +69,7 @@ class LoadSpec:
     model_id: str
     n_layers: int
     weight_format: str
-    stages: tuple[StageSpec, ...]
+    stages: tuple[StageToLoad, ...]
     device: str = "CPU"
     threads: int = 0
     precision: str = "auto"
@@ -99,14 +100,14 @@ class LoadSpec:
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> LoadSpec:
-        """Parse and check a LOAD_STAGE meta; raise :class:`StageSpecError` naming the field."""
+        """Parse and check a LOAD_STAGE meta; raise :class:`LoadSpecError` naming the field."""
         try:
             stages_meta = meta["stages"]
             if (
                 not isinstance(stages_meta, list)
                 or not 0 < len(stages_meta) <= MAX_STAGES_PER_WORKER
             ):
-                raise StageSpecError("'stages' must be a non-empty list")
+                raise LoadSpecError("'stages' must be a non-empty list")
             model_id = str(meta["model_id"])[:300]
             n_layers = int(meta["n_layers"])
             stages = tuple(_stage_from(s, model_id, n_layers) for s in stages_meta)
@@ -115,13 +116,13 @@ class LoadSpec:
                     after.index != before.index + 1
                     or after.shard.start_layer != before.shard.end_layer
                 ):
-                    raise StageSpecError("a worker's stages must be consecutive")
+                    raise LoadSpecError("a worker's stages must be consecutive")
             weight_format = str(meta["weight_format"])
             if weight_format not in WEIGHT_FORMATS:
-                raise StageSpecError(f"unknown weight format {weight_format!r}")
+                raise LoadSpecError(f"unknown weight format {weight_format!r}")
             threads = int(meta.get("threads", 0))
             if not 0 <= threads <= 1024:
-                raise StageSpecError("'threads' is out of range")
+                raise LoadSpecError("'threads' is out of range")
             return cls(
                 model_id,
                 n_layers,
@@ -132,16 +133,16 @@ class LoadSpec:
                 str(meta.get("precision", "auto")),
             )
         except BlobError as exc:  # a file path outside the stage folder, a bad sha256
-            raise StageSpecError(str(exc)) from None
+            raise LoadSpecError(str(exc)) from None
         except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, StageSpecError):
+            if isinstance(exc, LoadSpecError):
                 raise
-            raise StageSpecError(f"malformed stage description: {exc!r}") from exc
+            raise LoadSpecError(f"malformed stage description: {exc!r}") from exc
 
 
-def _stage_from(data: Any, model_id: str, n_layers: int) -> StageSpec:
+def _stage_from(data: Any, model_id: str, n_layers: int) -> StageToLoad:
     if not isinstance(data, dict):
-        raise StageSpecError("each stage must be an object")
+        raise LoadSpecError("each stage must be an object")
     files = tuple(
         WantedFile(str(check_relative(f["path"])), check_sha(f["sha256"]), int(f["size"]))
         for f in data["files"]
@@ -149,13 +150,14 @@ def _stage_from(data: Any, model_id: str, n_layers: int) -> StageSpec:
     names = {f.path for f in files}
     model_files = tuple(str(m) for m in data["model_files"])
     if not model_files or not set(model_files) <= names:
-        raise StageSpecError("a stage's model files must be among its files")
+        raise LoadSpecError("a stage's model files must be among its files")
     start, end = int(data["start_layer"]), int(data["end_layer"])
     if not 0 <= start < end:
-        raise StageSpecError(f"bad layer range [{start}, {end})")
+        raise LoadSpecError(f"bad layer range [{start}, {end})")
     if end > n_layers:
-        raise StageSpecError("a stage ends past the model's last layer")
-    return StageSpec(int(data["index"]), Shard(model_id, start, end, n_layers), model_files, files)
+        raise LoadSpecError("a stage ends past the model's last layer")
+    shard = Shard(model_id, start, end, n_layers)
+    return StageToLoad(int(data["index"]), shard, model_files, files)
 
 
 class HostedStages:

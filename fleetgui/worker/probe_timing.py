@@ -1,12 +1,12 @@
 """Timing a probe stage on this PC's OpenVINO devices: what a PROFILE request asks and what the
 worker (or the coordinator, for itself) measures.
 
-A probe is one stage IR of an export (see :func:`fleetgui.fleet.profiling.choose_probe` for
-which one and why): its files by sha256, its model file, how many decoder layers it holds and
-whether it takes ``input_ids`` (a first stage) or ``hidden_in``. :func:`measure_probe` times it
-with :func:`fleetgui.planner.device_bench.time_layer_ir` (OpenVINO and numpy only, as a worker
-has) on each device and divides by its layers. Results are cached per probe files, device (and
-its full name), OpenVINO version, compile properties and prefill length in a JSON file, so a
+A probe is one stage IR of an export (see :func:`fleetgui.fleet.profiling.probe_stage.choose_probe`
+for which one and why): its files by sha256, its model file, how many decoder layers it holds and
+whether it takes ``input_ids`` (a first stage) or ``hidden_in``. :func:`measure_probe` times it with
+:func:`fleetgui.planner.device_bench.time_layer_ir` (OpenVINO and numpy only, as a worker has) on
+each device and divides by its layers. Results are cached per probe files, device (and its full
+name), OpenVINO version, compile properties and prefill length in a JSON file, so a
 second request for the same probe measures nothing and needs no files.
 """
 
@@ -130,7 +130,7 @@ def _bounded(
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class ProbeTimings:
     """What :func:`measure_probe` found (the PROFILE reply's meta, see :meth:`to_meta`)."""
 
     ms_per_layer: dict[str, float]  # by OpenVINO device
@@ -208,7 +208,7 @@ def measure_probe(
     devices: Sequence[str],
     base: StageConfig,
     cache: TimingCache,
-) -> ProbeResult:
+) -> ProbeTimings:
     """Time the probe IR ``xml`` on each of ``devices`` that the cache does not hold (blocking:
     run it in a thread). ``xml`` may be None when every timing is cached."""
     import openvino as ov
@@ -253,7 +253,7 @@ def measure_probe(
         except RuntimeError as exc:
             log.warning("cannot read the memory of %s: %s", device, exc)
             memory[device] = int(psutil.virtual_memory().available)
-    return ProbeResult(
+    return ProbeTimings(
         timings,
         memory,
         int(psutil.virtual_memory().available),
@@ -269,7 +269,7 @@ def measure_stored_probe(
     devices: Sequence[str],
     base: StageConfig,
     cache: TimingCache,
-) -> ProbeResult:
+) -> ProbeTimings:
     """:func:`measure_probe` on a worker: the probe's files are linked out of ``store`` into a
     folder of their own (removed after) only when something must be measured; a missing file
     raises :class:`BlobError`."""

@@ -22,7 +22,7 @@ from fleetgui.net.protocol import ErrorCode, Flags, Message, RefusedError
 from fleetgui.paths import data_dir
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.worker.blob_store import BlobError, BlobStore, DiskFullError
-from fleetgui.worker.hosted_stages import HostedStages, LoadSpec, StageSpecError
+from fleetgui.worker.hosted_stages import HostedStages, LoadSpec, LoadSpecError
 from fleetgui.worker.probe_timing import (
     TIMINGS_FILE,
     ProbeSpec,
@@ -111,7 +111,7 @@ class StageHost:
         """Compile the stages a LOAD_STAGE names (or keep them, when loaded already)."""
         try:
             spec = LoadSpec.from_meta(meta)
-        except StageSpecError as exc:
+        except LoadSpecError as exc:
             raise RefusedError(ErrorCode.BAD_FIELD, str(exc)) from None
         if self.hosted is not None and self.hosted.spec == spec:
             return {"compile_s": 0.0, "reused": True}

@@ -10,6 +10,6 @@
 * :mod:`~fleetgui.app.deploy.fleet`: deploying on the fleet's workers;
 * :mod:`~fleetgui.app.deploy.replicas`: deploying independent replicas on workers.
 
-What gets deployed is planned in :mod:`fleetgui.app.plan_preview`; an export is made by
-:mod:`fleetgui.app.export_job`.
+What gets deployed is planned in :mod:`fleetgui.fleet.placement.preview`; an export is made by
+:mod:`fleetgui.app.deploy.export_job`.
 """

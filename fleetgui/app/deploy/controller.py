@@ -16,7 +16,7 @@ Deploy hands the previewed plan to the deployer, which deploys exactly it; when 
 it no longer holds (a PC it uses is gone, the streams changed), Deploy plans again on the PCs
 usable now and the view shows that plan. The preview also plans the layout for the replies that
 generate at once (``layout_ready``); when it is whole copies on workers that beat the plan
-(:func:`~fleetgui.app.plan_preview.groups_to_deploy`), Deploy deploys those replicas instead.
+(:func:`~fleetgui.fleet.placement.preview.groups_to_deploy`), Deploy deploys those replicas instead.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from fleetgui.app.deploy.export_job import ExportJob, export_request
 from fleetgui.app.deploy.interfaces import (
     Deployer,
     DeployRequest,
@@ -45,10 +46,10 @@ from fleetgui.app.deploy.model_choice import (
     open_model,
     weights_text,
 )
-from fleetgui.app.export_job import ExportJob, export_request
 from fleetgui.app.inference import InferenceService
 from fleetgui.app.mode import ModeSettings
-from fleetgui.app.plan_preview import (
+from fleetgui.export.exporter import ExportProgress, ExportRequest
+from fleetgui.fleet.placement.preview import (
     PreviewRequest,
     groups_to_deploy,
     layout_text,
@@ -57,7 +58,6 @@ from fleetgui.app.plan_preview import (
     preview_plan,
     replicas_phrase,
 )
-from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.paths import shards_cache_dir
 from fleetgui.planner import Layout, Plan, PlanConfig
 from fleetgui.planner.fixed_stages import plan_rows
@@ -255,7 +255,7 @@ class DeploymentController(QObject):
 
     async def _plan_job(self, mode: ModeSettings | None, previous: Plan | None = None) -> None:
         """Plan for the chosen model on the PCs usable now: an export's fixed stages, or an HF
-        model layer by layer (see :mod:`fleetgui.app.plan_preview`)."""
+        model layer by layer (see :mod:`fleetgui.fleet.placement.preview`)."""
         if self.model_dir is None:
             return
         measured = await self.devices.measured_profiles(self.model_dir, self.measuring.emit)
@@ -321,16 +321,16 @@ async def serve_deployment(
 ) -> str:
     """Deploy ``request`` and hand its pipeline to ``inference``; returns what now serves the
     chat. A pipeline the inference service did not take (cancelled, failed) is closed."""
-    pipeline = await deployer.deploy(request, progress)
+    llm = await deployer.deploy(request, progress)
     name = request.export_dir.name
     description = f"{name} on {deployer.name}"  # after deploy: it says where it ended up
     if request.draft_dir is not None:
         description += f", draft {draft_label(request.draft_dir)}"
     try:
-        await inference.install(pipeline, description)
+        await inference.install(llm, description)
     except BaseException:
-        if inference.pipeline is not pipeline:
-            await asyncio.shield(pipeline.close())
+        if inference.llm is not llm:
+            await asyncio.shield(llm.aclose(unload=True))
         raise
     if request.groups:
         log.info("deployed %s as %s", name, replicas_phrase(request.groups))

@@ -1,22 +1,24 @@
-"""Deploy on the fleet: a ``FleetSession`` over the usable workers, exactly as planned.
+"""Deploy on the fleet: the assembler (:func:`fleetgui.assembler.aopen`) over the usable
+workers, exactly as planned.
 
 With a plan (the deployment view's preview) each device runs the export's stages the plan gives
-it (:func:`~fleetgui.app.plan_preview.plan_assignment`), the other usable workers are spares, and
-a plan that uses this PC alone deploys here (:class:`~fleetgui.app.deploy.local.LocalDeployer`);
-without a plan, stage 0 runs on this PC and the other stages are spread over the usable workers
-(or all run here when none is usable). The session pushes each worker's shards (a progress bar
-per worker), loads them and links the ring; its events (loading, running, lost, rejoined) go to
-the fleet view through the :class:`~fleetgui.app.fleet_controller.FleetController`. A deployment
-made from a plan keeps re-planning while it runs (:meth:`FleetSession.replan_with`): a worker
-whose measured speed drifts, or the failover after a lost one, can move stages.
+it (:func:`~fleetgui.fleet.placement.preview.plan_assignment`), the other usable workers are
+spares, and a plan that uses this PC alone deploys here
+(:class:`~fleetgui.app.deploy.local.LocalDeployer`); without a plan, stage 0 runs on this PC and
+the other stages are spread over the usable workers (or all run here when none is usable). The
+session pushes each worker's shards (a progress bar per worker), loads them and links the ring;
+its events (loading, running, lost, rejoined) go to the fleet view through the
+:class:`~fleetgui.app.fleet_controller.FleetController`. A deployment made from a plan keeps
+re-planning while it runs (``FleetSession.replan_with``): a worker whose measured speed drifts,
+or the failover after a lost one, can move stages.
 
 When the preview chose replicas (``DeployRequest.groups``), each group of workers gets the model
 instead, a whole copy on a group of one (:mod:`fleetgui.app.deploy.replicas`), and the chat is
 served by the replicas together.
 
-A cancelled or failed deployment leaves nothing half-loaded: every worker of the session is told
-to unload and the session is closed. A new deployment first ends the previous one (workers host
-one deployment at a time).
+A cancelled or failed deployment leaves nothing half-loaded: the assembler unloads and closes
+what it opened. A new deployment first ends the previous one (workers host one deployment at a
+time).
 """
 
 from __future__ import annotations
@@ -32,31 +34,32 @@ from fleetgui.app.deploy.interfaces import (
     DeployRequest,
     DeployStep,
     ProgressCallback,
-    ServedPipeline,
 )
 from fleetgui.app.deploy.local import LocalDeployer
-from fleetgui.app.deploy.replicas import ReplicaSessions, close_replicas, deploy_replicas
+from fleetgui.app.deploy.replicas import (
+    announce_replicas,
+    loading_steps,
+    pick_endpoints,
+)
 from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.local_pc import coordinator_name
-from fleetgui.app.plan_preview import (
+from fleetgui.assembler import OpenHooks, Placement, aopen
+from fleetgui.fleet.placement.preview import (
     export_stages,
     in_plan_order,
     plan_assignment,
     replicas_phrase,
 )
-from fleetgui.fleet import deploy as fleet_deploy
-from fleetgui.fleet.assignment import Assignment
-from fleetgui.fleet.coordinator import FleetSession
-from fleetgui.fleet.replanner import PlanContext
-from fleetgui.fleet.replicas import ReplicatedPipeline
-from fleetgui.fleet.session_config import CoordinatorConfig, WorkerEndpoint
+from fleetgui.fleet.profiling.this_pc import coordinator_name
+from fleetgui.fleet.replanning.live_replanner import PlanContext
+from fleetgui.fleet.ring import shard_push
+from fleetgui.fleet.ring.link import WorkerEndpoint
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.replicas import ReplicatedPipeline
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.planner import Plan, load_model_profile
-from fleetgui.runtime.metrics import MetricsBus
-from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
-
-UNLOAD_TIMEOUT_S = 10.0
 
 
 def ring_order(endpoints: Sequence[WorkerEndpoint], plan: Plan | None) -> list[str]:
@@ -67,12 +70,12 @@ def ring_order(endpoints: Sequence[WorkerEndpoint], plan: Plan | None) -> list[s
     return planned + [name for name in usable if name not in planned]
 
 
-def app_progress(step: fleet_deploy.DeployProgress) -> DeployStep:
+def app_progress(step: shard_push.DeployProgress) -> DeployStep:
     """A fleet deployment step as the deployment view's progress bar shows it."""
     match step.phase:
-        case fleet_deploy.DeployPhase.LOAD:
+        case shard_push.DeployPhase.LOAD:
             return DeployStep(step.worker, "loading the stages", 99, 100)
-        case fleet_deploy.DeployPhase.READY:
+        case shard_push.DeployPhase.READY:
             return DeployStep(step.worker, "ready", 1, 1)
     if step.total == 0:
         return DeployStep(step.worker, "files already there", 0, 100)
@@ -93,7 +96,7 @@ def plan_context(request: DeployRequest) -> PlanContext:
 
 
 class FleetDeployer(Deployer):
-    """Deploys through a ``FleetSession`` (see module doc)."""
+    """Deploys through the assembler on the usable workers, as planned (see module doc)."""
 
     name = "the fleet"
 
@@ -102,112 +105,123 @@ class FleetDeployer(Deployer):
     ) -> None:
         self.controller = controller
         self.config = config or CoordinatorConfig()
-        self.session: FleetSession | None = None
-        self.replicas: ReplicatedPipeline | None = None  # when replicas are deployed
+        self.llm: LLMPipeline | None = None  # the deployment on the workers, if any
 
-    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> ServedPipeline:
+    @property
+    def session(self) -> FleetSession | None:
+        """The fleet session of a pipeline deployment (None: none, or replicas)."""
+        sessions = self.llm.sessions if self.llm is not None else ()
+        return sessions[0] if len(sessions) == 1 and not self.replicas else None
+
+    @property
+    def replicas(self) -> ReplicatedPipeline | None:
+        """The replicas deployed, if that is what serves."""
+        runtime = self.llm.runtime if self.llm is not None else None
+        return runtime if isinstance(runtime, ReplicatedPipeline) else None
+
+    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> LLMPipeline:
         await self.close()  # workers serve one deployment at a time
         endpoints = self.controller.usable_endpoints()
-        if request.groups:
-            return await self._deploy_replicas(request, endpoints, progress)
-        plan = request.plan
-        here = coordinator_name()
-        if (plan is None and not endpoints) or (plan is not None and plan.devices == (here,)):
+        plan, here = request.plan, coordinator_name()
+        alone = (plan is None and not endpoints) or (plan is not None and plan.devices == (here,))
+        if alone and not request.groups:
             why = "no usable worker" if plan is None else "the plan uses this PC only"
             log.info("%s: deploying %s on this PC", why, request.export_dir)
-            local = LocalDeployer(self.config.local)
-            pipeline = await local.deploy(replace(request, plan=None), progress)
-            self.name = LocalDeployer.name  # what the status line says it runs on
-            return pipeline
-        usable = [e.name for e in endpoints]
-        planned = (
-            plan_assignment(plan, request.export_dir, usable, coordinator=here)
-            if plan is not None
-            else None
-        )
-        session = FleetSession(
-            self.controller.identity,
-            self.config,
-            metrics=MetricsBus(),
-            on_event=self.controller.on_session_event,
-        )
-        self.controller.session = session  # its heartbeats now speak for its workers
-        try:
-            pipeline = await self._deploy(session, endpoints, request, planned, progress)
-        except BaseException:
-            await asyncio.shield(self._discard(session))
-            raise
-        self.session = session
-        self.name = type(self).name
-        return pipeline
-
-    async def _deploy(
-        self,
-        session: FleetSession,
-        endpoints: list[WorkerEndpoint],
-        request: DeployRequest,
-        planned: Assignment | None,
-        progress: ProgressCallback,
-    ) -> Pipeline:
-        here = coordinator_name()
-        await session.connect(endpoints)
-        progress(DeployStep(here, "compiling stage 0", 0, 1))
-        order = ring_order(endpoints, request.plan)
-        await session.deploy(
-            request.export_dir,
-            order=order,
-            assignment=planned,
-            progress=lambda step: progress(app_progress(step)),
-        )
-        pipeline = await session.open_pipeline(draft_dir=request.draft_dir)
-        if request.plan is not None and request.devices and request.plan_config is not None:
-            session.replan_with(await asyncio.to_thread(plan_context, request))
-        progress(DeployStep(here, "ready", 1, 1))
-        assignment = session.assignment
-        if assignment is not None:
-            log.info(
-                "deployed %s: this PC %s, %s; spares %s",
-                request.export_dir.name,
-                list(assignment.local),
-                ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members),
-                list(assignment.spares) or "none",
+            llm = await LocalDeployer(self.config.local).deploy(
+                replace(request, plan=None), progress
             )
-        return pipeline
-
-    async def _deploy_replicas(
-        self, request: DeployRequest, endpoints: list[WorkerEndpoint], progress: ProgressCallback
-    ) -> ReplicatedPipeline:
+            self.name = LocalDeployer.name  # what the status line says it runs on
+            return llm
+        if request.groups:
+            for step in loading_steps(request.groups):
+                progress(step)
+        else:
+            progress(DeployStep(here, "compiling stage 0", 0, 1))
         controller = self.controller
-        replicas = await deploy_replicas(
-            request,
-            endpoints,
-            controller.identity,
-            self.config,
-            progress=progress,
-            on_event=controller.on_session_event,
-        )
-        # the replicas' heartbeats speak for their workers, each from its own session
-        controller.session = ReplicaSessions([r.session for r in replicas.replicas])
-        self.replicas = replicas
-        self.name = f"the fleet, as {replicas_phrase(request.groups)}"
-        return replicas
 
-    async def _discard(self, session: FleetSession) -> None:
-        """Unload what the session loaded on its workers and close it."""
+        def fleet_progress(step: shard_push.DeployProgress) -> None:
+            progress(app_progress(step))
+
+        async def placement(export: Path, usable: Sequence[WorkerEndpoint]) -> Placement:
+            return await placement_of(request, usable, here)
+
+        hooks = OpenHooks(
+            progress=None if request.groups else fleet_progress,
+            plan=placement,
+            on_event=controller.on_session_event,
+            # a session's heartbeats speak for its workers from the start
+            on_session=self._opened,
+        )
         try:
-            await session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
+            llm = await aopen(
+                request.export_dir,
+                workers=endpoints,
+                draft=request.draft_dir,
+                identity=controller.identity,
+                coordinator=self.config,
+                hooks=hooks,
+            )
+        except BaseException:
+            controller.session_closed()  # the assembler unloaded and closed what it opened
+            raise
+        self.llm = llm
+        if isinstance(llm.runtime, ReplicatedPipeline):
+            for step in announce_replicas(
+                llm.runtime, request.export_dir, controller.on_session_event
+            ):
+                progress(step)
+            controller.sessions = llm.sessions
+            self.name = f"the fleet, as {replicas_phrase(request.groups)}"
+        else:
+            progress(DeployStep(here, "ready", 1, 1))
+            self.name = type(self).name
+            _log_layout(request, llm.sessions[0])
+        return llm
+
+    def _opened(self, session: FleetSession) -> None:
+        self.controller.sessions = (*self.controller.sessions, session)
+
+    async def close(self) -> None:
+        """End the current deployment, if any: its workers unload their stages."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        try:
+            await llm.aclose(unload=True)
         except Exception as exc:
-            log.warning("closing the fleet session failed: %s", exc)
+            log.warning("closing the fleet deployment failed: %s", exc)
         self.controller.session_closed()
         log.info("deployment discarded; the workers unloaded their stages")
 
-    async def close(self) -> None:
-        """End the current deployment, if any (its pipeline stops working)."""
-        session, self.session = self.session, None
-        if session is not None:
-            await self._discard(session)
-        replicas, self.replicas = self.replicas, None
-        if replicas is not None:
-            await close_replicas(replicas)
-            self.controller.session_closed()
-            log.info("replicas discarded; the workers unloaded them")
+
+async def placement_of(
+    request: DeployRequest, usable: Sequence[WorkerEndpoint], here: str
+) -> Placement:
+    """Where the app's deployment puts the stages: the replicas the preview chose, or the
+    plan's layout in its ring order (re-planned while it serves), or, without a plan, this PC's
+    first stage and then the usable workers."""
+    if request.groups:
+        for group in request.groups:
+            pick_endpoints(usable, group)  # a worker gone since the preview: preview again
+        return Placement(replicas=request.groups)
+    plan = request.plan
+    if plan is None:
+        return Placement()
+    names = [e.name for e in usable]
+    assignment = plan_assignment(plan, request.export_dir, names, coordinator=here)
+    replan = None
+    if request.devices and request.plan_config is not None:
+        replan = await asyncio.to_thread(plan_context, request)
+    return Placement(assignment=assignment, order=tuple(ring_order(usable, plan)), replan=replan)
+
+
+def _log_layout(request: DeployRequest, session: FleetSession) -> None:
+    assignment = session.deployment.assignment
+    if assignment is not None:
+        log.info(
+            "deployed %s: this PC %s, %s; spares %s",
+            request.export_dir.name,
+            list(assignment.local),
+            ", ".join(f"{m.name} {list(m.indices)}" for m in assignment.members),
+            list(assignment.spares) or "none",
+        )

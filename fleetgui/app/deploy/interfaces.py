@@ -1,6 +1,6 @@
 """The deployment interfaces the fleet implements, and what they pass around.
 
-A :class:`Deployer` turns an export (and a plan) into a running ``Pipeline``: on this PC
+A :class:`Deployer` turns an export (and a plan) into a running ``LLMPipeline``: on this PC
 (:class:`fleetgui.app.deploy.local.LocalDeployer`) or across the fleet (push each worker's
 shards with progress, load, link the ring). A :class:`DeviceSource` gives the planner preview the
 profiles of the PCs that could take part, the coordinator first: estimated at once
@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from fleetgui.errors import FleetguiError
+from fleetgui.fleet.profiling.measured import MeasuredDevices, MeasureProgress
 from fleetgui.planner import DeviceProfile, Plan, PlanConfig
 from fleetgui.runtime.draft_source import DraftSource
-from fleetgui.runtime.pipeline import Pipeline
 
-if TYPE_CHECKING:  # the fleet's modules load only when the fleet is used
-    from fleetgui.fleet.replicas import ReplicatedPipeline
+if TYPE_CHECKING:
+    from fleetgui.llm_pipeline import LLMPipeline
 
 log = logging.getLogger(__name__)
-
-#: What a deployment serves the chat from: one pipeline, or replicas behind one interface.
-ServedPipeline: TypeAlias = "Pipeline | ReplicatedPipeline"
 
 
 class DeployCancelledError(FleetguiError):
@@ -52,7 +49,8 @@ class DeployRequest:
 @dataclass(frozen=True)
 class DeployStep:
     """One step of a deployment on one PC, for a progress bar per worker (a fleet's
-    :class:`fleetgui.fleet.deploy.DeployProgress`, bytes sent, is shown as one of these)."""
+    :class:`fleetgui.fleet.ring.shard_push.DeployProgress`, bytes sent, is shown as one of
+    these)."""
 
     worker: str  # device name, as in the plan
     step: str  # e.g. "sending stage_1.bin", "compiling", "ready"
@@ -71,7 +69,8 @@ ProgressCallback = Callable[[DeployStep], None]
 
 
 class Deployer(ABC):
-    """Deploys an export and returns the pipeline that serves it.
+    """Deploys an export and returns the pipeline that serves it (closing it ends the
+    deployment).
 
     ``deploy`` runs as an asyncio task in the GUI's loop and must not block it (load and copy in
     executors or other processes). Cancelling the task must leave nothing half-done: partial
@@ -82,35 +81,7 @@ class Deployer(ABC):
     name: str = "deployer"  # shown in the app: "this PC", "fleet"
 
     @abstractmethod
-    async def deploy(
-        self, request: DeployRequest, progress: ProgressCallback
-    ) -> ServedPipeline: ...
-
-
-@dataclass(frozen=True)
-class MeasuredDevices:
-    """Device profiles to plan with, and which layer times are estimates (``str``: what the
-    plan preview says about them)."""
-
-    profiles: tuple[DeviceProfile, ...]  # coordinator first
-    estimated: Mapping[str, str] = field(default_factory=dict)  # PC name -> why not measured
-    probe: str = ""  # what was timed, e.g. "stage_2-3.xml (layer 2), int4"
-
-    def __str__(self) -> str:
-        names = [p.name for p in self.profiles]
-        measured = [n for n in names if n not in self.estimated]
-        if not measured:
-            reasons = sorted(set(self.estimated.values()))
-            return f"Layer times are estimates: {'; '.join(reasons) or 'not measured'}."
-        text = f"Layer times measured on {', '.join(measured)}"
-        text += f" with {self.probe}" if self.probe else ""
-        if not self.estimated:
-            return text + "."
-        guessed = "; ".join(f"{n}: {why}" for n, why in self.estimated.items())
-        return f"{text}; estimated for {guessed}."
-
-
-MeasureProgress = Callable[[str], None]
+    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> LLMPipeline: ...
 
 
 class DeviceSource(ABC):

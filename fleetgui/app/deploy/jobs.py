@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fleetgui.app.deploy.export_job import ExportJob
 from fleetgui.app.deploy.interfaces import DeployCancelledError
 from fleetgui.app.errors import user_message
-from fleetgui.app.export_job import ExportJob
 from fleetgui.app.tasks import spawn
 
 log = logging.getLogger(__name__)

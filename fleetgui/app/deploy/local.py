@@ -1,5 +1,5 @@
-"""Deploy on this PC: every stage compiled in this process (``load_local_pipeline``), in an
-executor so the GUI stays responsive."""
+"""Deploy on this PC: every stage compiled in this process by the assembler (which loads in a
+thread, so the GUI stays responsive)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from fleetgui.app.deploy.interfaces import (
     DeviceSource,
     ProgressCallback,
 )
-from fleetgui.app.local_pc import coordinator_name, coordinator_profile
+from fleetgui.fleet.profiling.this_pc import coordinator_name, coordinator_profile
+from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.planner import DeviceProfile
-from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
-from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.loader import LocalPipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class LocalDeployer(Deployer):
     def __init__(self, config: LocalPipelineConfig | None = None) -> None:
         self.config = config or LocalPipelineConfig()
 
-    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> Pipeline:
+    async def deploy(self, request: DeployRequest, progress: ProgressCallback) -> LLMPipeline:
         worker = coordinator_name()
         if request.plan is not None and set(request.plan.devices) - {worker}:
             others = ", ".join(sorted(set(request.plan.devices) - {worker}))
@@ -39,29 +39,31 @@ class LocalDeployer(Deployer):
                 f"the plan uses other PCs ({others}) but the fleet is not available in this "
                 "version: plan for this PC only"
             )
+        from fleetgui.assembler import aopen
+        from fleetgui.fleet.session.config import CoordinatorConfig
+
         progress(DeployStep(worker, "compiling the stages", 0, 1))
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            None,
-            lambda: load_local_pipeline(
-                request.export_dir, draft_dir=request.draft_dir, config=self.config
-            ),
+        opening = asyncio.ensure_future(
+            aopen(
+                request.export_dir,
+                draft=request.draft_dir,
+                coordinator=CoordinatorConfig(local=self.config),
+            )
         )
         try:
-            pipeline = await asyncio.shield(future)
+            llm = await asyncio.shield(opening)
         except asyncio.CancelledError:
             # the load cannot be interrupted; close whatever it builds once it is done
-            future.add_done_callback(_close_when_loaded)
+            opening.add_done_callback(_close_when_loaded)
             raise
         progress(DeployStep(worker, "ready", 1, 1))
-        return pipeline
+        return llm
 
 
-def _close_when_loaded(future: asyncio.Future[Pipeline]) -> None:
-    if future.cancelled() or future.exception() is not None:
+def _close_when_loaded(opening: asyncio.Future[LLMPipeline]) -> None:
+    if opening.cancelled() or opening.exception() is not None:
         return
-    pipeline = future.result()
-    asyncio.get_running_loop().create_task(pipeline.close())
+    asyncio.get_running_loop().create_task(opening.result().aclose())
     log.info("a cancelled deployment's pipeline was closed")
 
 

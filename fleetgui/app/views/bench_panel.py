@@ -47,7 +47,7 @@ class BenchPanel(QGroupBox):
         self.repeats = QSpinBox()
         self.repeats.setRange(1, 20)
         self.repeats.setValue(defaults.repeats)
-        self.ks = QLineEdit(",".join("auto" if k is None else str(k) for k in defaults.ks))
+        self.ks = QLineEdit(",".join(str(k) for k in defaults.ks))
         self.ks.setToolTip("the Ks PP+SD is measured at, comma-separated; auto: K auto")
         self.ks.setMaximumWidth(160)
         self.cancel = QPushButton("Cancel")

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject
 
 from fleetgui.app.chats import Chats
-from fleetgui.app.conversation import SamplingSettings
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.message_bar import MessageBar
+from fleetgui.generation_config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ChatPresenter(QObject):
         view.send_requested.connect(self._send)
         view.stop_requested.connect(lambda: self._on_shown(chats.stop))
         view.regenerate_requested.connect(lambda: self._on_shown(chats.regenerate))
-        view.sampling_changed.connect(self._set_sampling)
+        view.config_changed.connect(self._set_config)
         chats.conversations_changed.connect(self.refresh_conversations)
         chats.messages_changed.connect(self._on_messages_changed)
         chats.reply_delta.connect(view.append_delta)
@@ -71,7 +71,7 @@ class ChatPresenter(QObject):
             self.current_conversation = items[-1][0] if items else None
         self.view.set_conversations(items, self.current_conversation)
         if self.current_conversation is None:
-            self.view.show_conversation(None, None, chats.next_sampling)
+            self.view.show_conversation(None, None, chats.next_config)
         elif self.view.current_id != self.current_conversation:
             self.select_conversation(self.current_conversation)
 
@@ -86,13 +86,13 @@ class ChatPresenter(QObject):
         if self.chats.send(self.current_conversation or "", text):
             self.view.clear_input()
 
-    def _set_sampling(self, sampling: SamplingSettings) -> None:
+    def _set_config(self, config: GenerationConfig) -> None:
         conversation_id = self.current_conversation
         try:
             if conversation_id:  # none shown: the next conversation's settings
-                self.chats.set_sampling(conversation_id, sampling)
+                self.chats.set_config(conversation_id, config)
             else:
-                self.chats.set_next_sampling(sampling)
+                self.chats.set_next_config(config)
         except ValueError as exc:
             self.messages.show_error(str(exc))
 

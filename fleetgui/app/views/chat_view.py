@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
 )
 
 from fleetgui.app.chat_format import copied_reply, reply_to_copy
-from fleetgui.app.conversation import Conversation, SamplingSettings
+from fleetgui.app.conversation import DEFAULT_REPLY, Conversation
 from fleetgui.app.theme import colors
 from fleetgui.app.views.transcript import Transcript
+from fleetgui.generation_config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ChatView(QWidget):
     send_requested = Signal(str)  # text
     stop_requested = Signal()
     regenerate_requested = Signal()
-    sampling_changed = Signal(object)  # SamplingSettings
+    config_changed = Signal(object)  # GenerationConfig: the settings row, edited
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -95,7 +96,7 @@ class ChatView(QWidget):
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._render_timer.timeout.connect(self.render_tick)
         self._updating = False
-        self.show_sampling(SamplingSettings())  # not the spin boxes' minimums (top-p 0.01, ...)
+        self.show_config(DEFAULT_REPLY)  # not the spin boxes' minimums (top-p 0.01, ...)
         self.set_busy(False)
 
     def _build_sampling(self) -> QHBoxLayout:
@@ -190,14 +191,14 @@ class ChatView(QWidget):
         if self._updating:
             return
         seed = self.seed.value()
-        settings = SamplingSettings(
+        config = GenerationConfig(
             temperature=round(self.temperature.value(), 3),
             top_k=self.top_k.value(),
             top_p=round(self.top_p.value(), 3),
             seed=None if seed < 0 else seed,
             max_new_tokens=self.max_tokens.value(),
         )
-        self.sampling_changed.emit(settings)
+        self.config_changed.emit(config)
 
     # -- slots --------------------------------------------------------------------------------
 
@@ -219,20 +220,20 @@ class ChatView(QWidget):
         self,
         conversation: Conversation | None,
         reply: str | None,
-        defaults: SamplingSettings | None = None,
+        defaults: GenerationConfig | None = None,
     ) -> None:
         """Show ``conversation`` (its reply in progress, its settings); with none, the settings
         row shows ``defaults``: what the next conversation will use."""
         self.conversation = conversation
         self.reply = reply
         if conversation is not None:
-            self.show_sampling(conversation.sampling)
+            self.show_config(conversation.config)
         else:
-            self.show_sampling(defaults or SamplingSettings())
+            self.show_config(defaults or DEFAULT_REPLY)
         self.set_busy(reply is not None)
         self.refresh_transcript()
 
-    def show_sampling(self, s: SamplingSettings) -> None:
+    def show_config(self, s: GenerationConfig) -> None:
         """Put ``s`` in the settings row (not a user's change: nothing is emitted)."""
         self._updating = True
         try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -14,37 +13,44 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from fleetgui.app.theme import colors
 from fleetgui.app.topology import Topology
 from fleetgui.app.views.topology_view import TopologyView
-from fleetgui.app.worker_status import WorkerRow
+from fleetgui.app.worker_table import ROW_ROLE, WorkerTableModel
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("Name", "Status", "OS", "CPU", "Memory", "OpenVINO devices", "Last seen", "Address")
+# No column grows wider than this to fit its text: a long one (an error and its fix, a CPU's
+# name) is elided in its cell and read whole in its tooltip, so the columns stay on screen.
+MAX_COLUMN_PX = 240
 
 
 class FleetView(QWidget):
+    """Renders the workers' table model and the ring's picture; emits what the user asks for."""
+
     add_requested = Signal(str)  # host:port
     pair_requested = Signal(str, str)  # worker name, pairing code
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, workers: WorkerTableModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.workers = workers
+        self.table = QTableView()
+        self.table.setModel(workers)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)  # pair one
+        self.table.setWordWrap(False)  # one line per worker: long texts are elided instead
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.table.verticalHeader().hide()
         header = self.table.horizontalHeader()
+        header.setMaximumSectionSize(MAX_COLUMN_PX)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setStretchLastSection(True)  # the table fills the tab's width
         self.address = QLineEdit()
         self.address.setPlaceholderText("host:port of a worker")
         add = QPushButton("Add worker")
@@ -67,6 +73,14 @@ class FleetView(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.views, 1)
         layout.addLayout(actions)
+        for changed in (
+            workers.rowsInserted,
+            workers.rowsRemoved,
+            workers.dataChanged,
+            workers.modelReset,
+        ):
+            changed.connect(self._show_changes)
+        self._show_changes()
 
     def _add(self) -> None:
         if self.address.text().strip():
@@ -77,39 +91,17 @@ class FleetView(QWidget):
 
     def select(self, name: str) -> None:
         """Select worker ``name``'s row (a click on its box in the picture does)."""
-        for index in range(self.table.rowCount()):
-            item = self.table.item(index, 0)
-            if item is not None and item.text() == name:
-                self.table.selectRow(index)
-                return
+        row = self.workers.row_of(name)
+        if row is not None:
+            self.table.selectRow(row)
 
     def _pair(self) -> None:
-        row = self.table.currentRow()
-        if row >= 0:
-            name_item = self.table.item(row, 0)
-            if name_item is not None:
-                self.pair_requested.emit(name_item.text(), self.code.text().strip())
+        selected = self.table.selectionModel().selectedRows()
+        if selected:
+            worker = selected[0].data(ROW_ROLE)
+            self.pair_requested.emit(worker.name, self.code.text().strip())
 
-    def set_rows(self, rows: list[WorkerRow]) -> None:
-        palette = colors()
-        self.table.setRowCount(len(rows))
-        for index, row in enumerate(rows):
-            info = row.info
-            cpu = f"{info.cpu} ({info.cpu_cores} threads)" if info.cpu_cores else info.cpu
-            values = (
-                f"{row.name} (coordinator)" if row.coordinator else row.name,
-                str(row),
-                info.os,
-                cpu,
-                row.memory_text,
-                row.devices_text,
-                row.last_seen_text(),
-                "—" if row.coordinator else info.address,
-            )
-            for column, value in enumerate(values):
-                item = QTableWidgetItem(value)
-                if column == 1 and not row.status.usable:
-                    item.setForeground(QColor(palette.error))
-                self.table.setItem(index, column, item)
-        usable = sum(1 for r in rows if r.status.usable)
-        self.summary.setText(f"{len(rows)} PC(s) known, {usable} usable")
+    def _show_changes(self, *_: object) -> None:
+        self.summary.setText(self.workers.summary())
+        # the header fits its columns to their contents on resizes only, not on new rows or texts
+        self.table.horizontalHeader().resizeSections()

@@ -51,7 +51,7 @@ class MainWindow(QMainWindow):
         self.core = core
         self.setWindowTitle(f"fleetgui {__version__}")
         self.messages = MessageBar()
-        self.fleet_view = FleetView()
+        self.fleet_view = FleetView(core.fleet)
         self.deploy_view = DeploymentView()
         self.mode_panel = self.deploy_view.mode_panel
         self.dashboard = DashboardView()
@@ -84,10 +84,7 @@ class MainWindow(QMainWindow):
 
     def _connect_signals(self) -> None:
         core = self.core
-        # fleet
-        fleet = core.fleet
-        for signal in (fleet.worker_added, fleet.worker_changed, fleet.worker_removed):
-            signal.connect(self._refresh_fleet)
+        # fleet: its view follows the table model by itself
         core.fleet.worker_lost.connect(
             lambda name, reason: self.messages.show_error(f"worker {name} lost: {reason}")
         )
@@ -161,7 +158,6 @@ class MainWindow(QMainWindow):
 
     def _show_initial_state(self) -> None:
         core = self.core
-        self._refresh_fleet()
         self.mode_panel.set_mode(core.inference.mode)
         self._show_mode(core.inference.mode)
         self._show_pipeline_state(core.inference.state)
@@ -174,7 +170,7 @@ class MainWindow(QMainWindow):
     # -- slots --------------------------------------------------------------------------------
 
     def _refresh_fleet(self) -> None:
-        self.fleet_view.set_rows(self.core.fleet.rows())
+        self.core.fleet.refresh()  # "last seen" texts and colours
 
     def _add_worker(self, address: str) -> None:
         spawn(self._fleet_action(self.core.fleet_actions.add_worker(address)), "add worker")

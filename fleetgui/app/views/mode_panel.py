@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -21,8 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.mode import MAX_STREAMS, Mode, ModeSettings
-from fleetgui.runtime.auto_k import K_MAX, K_MIN
+from fleetgui.app.mode import MAX_STREAMS, ModeSettings
+from fleetgui.generation_config import K_MAX, K_MIN
+from fleetgui.modes import Mode
 from fleetgui.runtime.draft_source import NGRAM, NGRAM_LABEL, DraftSource
 
 log = logging.getLogger(__name__)
@@ -103,12 +105,12 @@ class ModePanel(QGroupBox):
         draft: DraftSource | None = Path(folder) if folder else None
         if self.ngram.isChecked():
             draft = NGRAM
-        k = None if self.k_auto.isChecked() else self.k.value()
+        k: int | Literal["auto"] = "auto" if self.k_auto.isChecked() else self.k.value()
         return ModeSettings(mode, k, draft, self.streams.value())
 
     def _refresh(self, mode: ModeSettings) -> None:
         speculative = mode.mode.speculative
-        self.k.setEnabled(speculative and mode.k is not None)
+        self.k.setEnabled(speculative and mode.k != "auto")
         self.k_auto.setEnabled(speculative)
         self.draft.setEnabled(mode.draft_dir != NGRAM)
         self.choose_draft.setEnabled(mode.draft_dir != NGRAM)
@@ -131,8 +133,8 @@ class ModePanel(QGroupBox):
         self._updating = True
         try:
             self.buttons[mode.mode].setChecked(True)
-            self.k_auto.setChecked(mode.k is None)
-            if mode.k is not None:
+            self.k_auto.setChecked(mode.k == "auto")
+            if mode.k != "auto":
                 self.k.setValue(mode.k)
             self.streams.setValue(mode.streams)
             self.ngram.setChecked(mode.draft_dir == NGRAM)
