@@ -25,7 +25,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication
 
-from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
+from fleetgui.app.chat.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.views.chat_view import ChatView
 
 CHARS_PER_TOKEN = 4

@@ -126,7 +126,7 @@ def remount(folder: Path, mode: str) -> None:
 
 def app_controller_config(home: Path) -> Any:
     """The app's fleet controller for tests: quick probes, no zeroconf, its files in ``home``."""
-    from fleetgui.app.fleet_controller import FleetControllerConfig
+    from fleetgui.app.fleet.controller import FleetControllerConfig
 
     return FleetControllerConfig(
         probe_interval_s=1.0,

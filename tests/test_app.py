@@ -24,15 +24,15 @@ from PySide6.QtWidgets import QApplication
 from runtime_support import EXACT, export, perturbed_copy
 
 from fleetgui.app.application import install_asyncgen_finalizer
-from fleetgui.app.chats import Chats
-from fleetgui.app.conversation import ASSISTANT, USER
+from fleetgui.app.chat.chats import Chats
+from fleetgui.app.chat.conversation import ASSISTANT, USER
+from fleetgui.app.chat.history import HistoryStore
 from fleetgui.app.core import AppCore, build_core
+from fleetgui.app.dashboard.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
 from fleetgui.app.deploy.local import LocalDeployer
 from fleetgui.app.deploy.model_choice import ModelKind
-from fleetgui.app.history import HistoryStore
-from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS, TOKENS_PER_S, TTFT
+from fleetgui.app.fleet.worker_status import WorkerStatus
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.app.worker_status import WorkerStatus
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.modes import Mode
 from fleetgui.net.worker_info import WorkerInfo

@@ -24,12 +24,12 @@ from test_app import TIMEOUT_MS, QtBot, new_chat, qloop, qloop_session, send_and
 from test_app_fleet import drive
 from test_app_topology import export_3s, fleet_app, root, workers  # noqa: F401 (fixtures)
 
-from fleetgui.app.bench_record import bench_settings, configurations, draft_labels
 from fleetgui.app.core import AppCore
+from fleetgui.app.dashboard.bench_record import bench_settings, configurations, draft_labels
+from fleetgui.app.dashboard.fleet_bench import BenchStep
 from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeployRequest
-from fleetgui.app.fleet_bench import BenchStep
-from fleetgui.app.fleet_controller import FleetController
+from fleetgui.app.fleet.controller import FleetController
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.modes import Mode

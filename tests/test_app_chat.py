@@ -16,11 +16,11 @@ pytest.importorskip("qasync")
 from PySide6.QtCore import Qt
 from test_app import qloop, qloop_session  # noqa: F401 (fixtures)
 
-from fleetgui.app.conversation import ASSISTANT, DEFAULT_REPLY, USER, ChatMessage, Conversation
+from fleetgui.app.chat.conversation import ASSISTANT, DEFAULT_REPLY, USER, ChatMessage, Conversation
+from fleetgui.app.chat.history import HistoryStore
 from fleetgui.app.core import AppCore, build_core
-from fleetgui.app.history import HistoryStore
+from fleetgui.app.fleet.worker_table import COLUMNS
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.app.worker_table import COLUMNS
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.sysinfo import cpu_model, os_description
 

@@ -13,8 +13,8 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtGui import QFontInfo, QTextBlock, QTextDocument, QTextFragment
 
-from fleetgui.app.chat_format import settled_length
-from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
+from fleetgui.app.chat.chat_format import settled_length
+from fleetgui.app.chat.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.views.chat_view import ChatView
 
 QtBot = Any  # pytest-qt's fixture

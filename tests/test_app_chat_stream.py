@@ -23,8 +23,8 @@ from PySide6.QtGui import (
 )
 from test_app_chat_render import blocks
 
-from fleetgui.app.chat_format import continued_text, render_markdown
-from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
+from fleetgui.app.chat.chat_format import continued_text, render_markdown
+from fleetgui.app.chat.conversation import ASSISTANT, USER, ChatMessage, Conversation
 from fleetgui.app.theme import LIGHT
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.document_pieces import append_html

@@ -25,10 +25,10 @@ pytest.importorskip("qasync")
 from runtime_support import export
 from test_app import TIMEOUT_MS, make_window, qloop, qloop_session  # noqa: F401 (fixtures)
 
-from fleetgui.app.metrics_feed import AGGREGATE, MetricsFeed
-from fleetgui.app.metrics_series import STAGE_MS, TOKENS_PER_S, SeriesStore
-from fleetgui.app.rates import RateMeter
-from fleetgui.app.stream_labels import StreamLabels
+from fleetgui.app.dashboard.metrics_feed import AGGREGATE, MetricsFeed
+from fleetgui.app.dashboard.metrics_series import STAGE_MS, TOKENS_PER_S, SeriesStore
+from fleetgui.app.dashboard.rates import RateMeter
+from fleetgui.app.dashboard.stream_labels import StreamLabels
 from fleetgui.app.views.dashboard_view import DashboardView
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import RequestFinished, TokensEmitted

@@ -52,11 +52,17 @@ from test_app import (  # noqa: F401
 
 from fleetgui.addresses import parse_address
 from fleetgui.app.core import AppCore
+from fleetgui.app.dashboard.metrics_series import (
+    ACCEPTANCE,
+    CHOSEN_K,
+    HOP_MS,
+    STAGE_MS,
+    TOKENS_PER_S,
+)
 from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
+from fleetgui.app.fleet.controller import FleetController
 from fleetgui.app.fleet_app import build_fleet_core
-from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.metrics_series import ACCEPTANCE, CHOSEN_K, HOP_MS, STAGE_MS, TOKENS_PER_S
 from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.placement.preview import export_stages, rows_of
 from fleetgui.fleet.profiling.probe_stage import (

@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("PySide6")
 
 from fleetgui.app.deploy.fleet import app_progress, ring_order
-from fleetgui.app.fleet_status import SessionState, from_session, seen, unseen
-from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.app.fleet.status_text import SessionState, from_session, seen, unseen
+from fleetgui.app.fleet.worker_status import WorkerStatus
 from fleetgui.fleet.ring.link import WorkerEndpoint
 from fleetgui.fleet.ring.shard_push import DeployPhase, DeployProgress
 from fleetgui.fleet.session.config import LinkReason

@@ -31,10 +31,10 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 
 from fleetgui.app import theme
-from fleetgui.app.conversation import ASSISTANT, USER, ChatMessage, Conversation
+from fleetgui.app.chat.conversation import ASSISTANT, USER, ChatMessage, Conversation
+from fleetgui.app.chat.history import HistoryStore
 from fleetgui.app.core import build_core
-from fleetgui.app.history import HistoryStore
-from fleetgui.app.metrics_series import STAGE_MS, SeriesStore
+from fleetgui.app.dashboard.metrics_series import STAGE_MS, SeriesStore
 from fleetgui.app.theme import DARK, LIGHT, MONOSPACE, Colors
 from fleetgui.app.views.main_window import MainWindow
 

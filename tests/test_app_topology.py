@@ -1,5 +1,5 @@
-"""The fleet as a picture: the model of it (:mod:`fleetgui.app.topology`, made by
-:mod:`fleetgui.app.topology_tracker`) on plain data, then the real window against a real
+"""The fleet as a picture: the model of it (:mod:`fleetgui.app.fleet.topology`, made by
+:mod:`fleetgui.app.fleet.topology_tracker`) on plain data, then the real window against a real
 2-worker fleet on loopback: every PC is drawn with its layer range, the hops with their measured
 time, the busy stages while a reply generates, and when a worker is killed mid-reply the picture
 marks it lost and shows its layers on the PC that took them."""
@@ -31,9 +31,8 @@ from test_app_fleet import FAST_LINKS, drive
 from fleetgui.app.core import AppCore
 from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeployRequest
-from fleetgui.app.fleet_app import build_fleet_core
-from fleetgui.app.fleet_controller import FleetController
-from fleetgui.app.topology import (
+from fleetgui.app.fleet.controller import FleetController
+from fleetgui.app.fleet.topology import (
     HIDDEN,
     TOKENS,
     FleetLayout,
@@ -45,11 +44,12 @@ from fleetgui.app.topology import (
     layers_text,
     stage_span,
 )
-from fleetgui.app.topology_tracker import TopologyTracker, hop_shares
+from fleetgui.app.fleet.topology_tracker import TopologyTracker, hop_shares
+from fleetgui.app.fleet.worker_status import WorkerRow, WorkerStatus
+from fleetgui.app.fleet.worker_table import WorkerTableModel
+from fleetgui.app.fleet_app import build_fleet_core
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.main_window import MainWindow
-from fleetgui.app.worker_status import WorkerRow, WorkerStatus
-from fleetgui.app.worker_table import WorkerTableModel
 from fleetgui.fleet.placement.preview import export_stages
 from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.fleet.session.config import CoordinatorConfig

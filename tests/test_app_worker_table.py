@@ -1,6 +1,6 @@
-"""The fleet's worker table as a Qt item model (:mod:`fleetgui.app.worker_table`): rows in order
-with the standard model signals naming the right rows, ``data()`` per role, checked throughout by
-Qt's ``QAbstractItemModelTester``; and the fleet view showing it (long texts elided, whole in the
+"""The fleet's worker table as a Qt item model (:mod:`fleetgui.app.fleet.worker_table`): rows in
+order with the standard model signals naming the right rows, ``data()`` per role, checked throughout
+by Qt's ``QAbstractItemModelTester``; and the fleet view showing it (long texts elided, whole in the
 tooltip; pairing names the selected worker)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QPushButton
 
+from fleetgui.app.fleet.worker_status import WorkerStatus
+from fleetgui.app.fleet.worker_table import COLUMNS, ROW_ROLE, STATUS_COLUMN, WorkerTableModel
 from fleetgui.app.views.fleet_view import MAX_COLUMN_PX, FleetView
-from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.app.worker_table import COLUMNS, ROW_ROLE, STATUS_COLUMN, WorkerTableModel
 from fleetgui.net.worker_info import WorkerInfo
 
 QtBot = Any  # pytest-qt's fixtures

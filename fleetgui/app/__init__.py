@@ -11,8 +11,8 @@ Deployment lives in :mod:`fleetgui.app.deploy`. The fleet plugs in through small
 exported here (from :mod:`fleetgui.app.deploy.interfaces`): a :class:`Deployer` (deploy an export
 to the fleet and return a ``Pipeline``), a :class:`DeviceSource` (device profiles the planner
 preview uses) and :class:`FleetActions` (add a worker by address, pair one); the fleet code feeds
-worker rows to the table model :class:`fleetgui.app.worker_table.WorkerTableModel` with ``upsert``
-and ``mark_lost``.
+worker rows to the table model
+:class:`fleetgui.app.fleet.worker_table.WorkerTableModel` with ``upsert`` and ``mark_lost``.
 """
 
 from fleetgui.app.deploy.interfaces import (
@@ -23,8 +23,8 @@ from fleetgui.app.deploy.interfaces import (
     DeviceSource,
     MeasuredDevices,
 )
-from fleetgui.app.fleet_actions import FleetActions, FleetUnavailableError
-from fleetgui.app.worker_status import WorkerRow, WorkerStatus
+from fleetgui.app.fleet.actions import FleetActions, FleetUnavailableError
+from fleetgui.app.fleet.worker_status import WorkerRow, WorkerStatus
 
 __all__ = [
     "DeployCancelledError",

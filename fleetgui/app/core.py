@@ -10,20 +10,20 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from fleetgui.app.api_service import ApiService
-from fleetgui.app.chats import Chats
+from fleetgui.app.chat.chats import Chats
+from fleetgui.app.chat.history import HistoryStore
+from fleetgui.app.dashboard.api_service import ApiService
+from fleetgui.app.dashboard.fleet_bench import FleetBench
+from fleetgui.app.dashboard.metrics_feed import MetricsFeed
 from fleetgui.app.deploy.controller import DeploymentController
 from fleetgui.app.deploy.interfaces import Deployer, DeviceSource
 from fleetgui.app.deploy.local import LocalDeployer, LocalDeviceSource
-from fleetgui.app.fleet_actions import FleetActions, NoFleet
-from fleetgui.app.fleet_bench import FleetBench
-from fleetgui.app.history import HistoryStore
+from fleetgui.app.deploy.model_library import LibraryService, RootsFor
+from fleetgui.app.fleet.actions import FleetActions, NoFleet
+from fleetgui.app.fleet.worker_table import WorkerTableModel
 from fleetgui.app.inference import InferenceService
-from fleetgui.app.metrics_feed import MetricsFeed
 from fleetgui.app.mode import ModeSettings
-from fleetgui.app.model_library import LibraryService, RootsFor
 from fleetgui.app.settings import WEIGHTS, Settings
-from fleetgui.app.worker_table import WorkerTableModel
 from fleetgui.fleet.profiling.this_pc import coordinator_info
 
 log = logging.getLogger(__name__)

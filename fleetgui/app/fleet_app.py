@@ -11,10 +11,10 @@ from PySide6.QtCore import QObject
 from fleetgui.app.core import AppCore, build_core
 from fleetgui.app.deploy.fleet import FleetDeployer
 from fleetgui.app.deploy.interfaces import DeviceSource, MeasuredDevices, MeasureProgress
-from fleetgui.app.fleet_actions import FleetActions
-from fleetgui.app.fleet_controller import FleetController, FleetControllerConfig
-from fleetgui.app.model_library import RootsFor
-from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.app.deploy.model_library import RootsFor
+from fleetgui.app.fleet.actions import FleetActions
+from fleetgui.app.fleet.controller import FleetController, FleetControllerConfig
+from fleetgui.app.fleet.worker_table import WorkerTableModel
 from fleetgui.fleet.profiling.layer_times import measure_devices
 from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.net.keys import KeyPair

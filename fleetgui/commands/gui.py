@@ -12,7 +12,7 @@ from fleetgui.runtime.draft_source import parse_draft
 
 if TYPE_CHECKING:
     from fleetgui.app.core import AppCore
-    from fleetgui.app.fleet_controller import FleetControllerConfig
+    from fleetgui.app.fleet.controller import FleetControllerConfig
     from fleetgui.app.mode import ModeSettings
     from fleetgui.net.keys import KeyPair
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _screenshot_fleet(folder: Path) -> FleetControllerConfig:
     """Only the workers given with --workers, remembered in a scratch folder."""
-    from fleetgui.app.fleet_controller import FleetControllerConfig
+    from fleetgui.app.fleet.controller import FleetControllerConfig
 
     return FleetControllerConfig(
         zeroconf=False,

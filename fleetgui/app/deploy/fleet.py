@@ -8,7 +8,7 @@ spares, and a plan that uses this PC alone deploys here
 the other stages are spread over the usable workers (or all run here when none is usable). The
 session pushes each worker's shards (a progress bar per worker), loads them and links the ring;
 its events (loading, running, lost, rejoined) go to the fleet view through the
-:class:`~fleetgui.app.fleet_controller.FleetController`. A deployment made from a plan keeps
+:class:`~fleetgui.app.fleet.controller.FleetController`. A deployment made from a plan keeps
 re-planning while it runs (``FleetSession.replan_with``): a worker whose measured speed drifts,
 or the failover after a lost one, can move stages.
 
@@ -41,7 +41,7 @@ from fleetgui.app.deploy.replicas import (
     loading_steps,
     pick_endpoints,
 )
-from fleetgui.app.fleet_controller import FleetController
+from fleetgui.app.fleet.controller import FleetController
 from fleetgui.assembler import OpenHooks, Placement, aopen
 from fleetgui.fleet.placement.preview import (
     export_stages,

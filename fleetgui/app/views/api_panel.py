@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.api_service import ApiState
+from fleetgui.app.dashboard.api_service import ApiState
 
 OFF_TEXT = "off: other programs (editors, web UIs, scripts) can use the model through it"
 

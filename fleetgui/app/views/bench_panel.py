@@ -1,6 +1,6 @@
 """The dashboard's "Benchmark this fleet" panel: the button and its few settings, the progress
 of a run with Cancel, then the run's plot, its table and where its files are. It only shows
-and asks: :class:`~fleetgui.app.fleet_bench.FleetBench` runs the benchmark."""
+and asks: :class:`~fleetgui.app.dashboard.fleet_bench.FleetBench` runs the benchmark."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.bench_record import BenchReport, BenchSettings
-from fleetgui.app.fleet_bench import BenchStep
+from fleetgui.app.dashboard.bench_record import BenchReport, BenchSettings
+from fleetgui.app.dashboard.fleet_bench import BenchStep
 
 log = logging.getLogger(__name__)
 

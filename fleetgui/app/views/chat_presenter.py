@@ -1,4 +1,4 @@
-"""``ChatPresenter``: the chat tab's wiring to the :class:`~fleetgui.app.chats.Chats`.
+"""``ChatPresenter``: the chat tab's wiring to the :class:`~fleetgui.app.chat.chats.Chats`.
 
 It is not a widget: it connects the chat view's requests to the chats, shows their
 changes in the view, and keeps which conversation the tab shows. It is a child of the main
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject
 
-from fleetgui.app.chats import Chats
+from fleetgui.app.chat.chats import Chats
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.message_bar import MessageBar
 from fleetgui.generation_config import GenerationConfig

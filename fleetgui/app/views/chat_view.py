@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.chat_format import copied_reply, reply_to_copy
-from fleetgui.app.conversation import DEFAULT_REPLY, Conversation
+from fleetgui.app.chat.chat_format import copied_reply, reply_to_copy
+from fleetgui.app.chat.conversation import DEFAULT_REPLY, Conversation
 from fleetgui.app.theme import colors
 from fleetgui.app.views.transcript import Transcript
 from fleetgui.generation_config import GenerationConfig

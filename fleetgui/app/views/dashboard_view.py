@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.metrics_series import CHARTS, ChartSpec, SeriesStore
+from fleetgui.app.dashboard.metrics_series import CHARTS, ChartSpec, SeriesStore
 from fleetgui.app.theme import colors
 from fleetgui.app.views.api_panel import ApiPanel
 from fleetgui.app.views.bench_panel import BenchPanel

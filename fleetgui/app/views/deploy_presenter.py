@@ -14,7 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer
 
 from fleetgui.app.core import AppCore
-from fleetgui.app.model_library import use_entry
+from fleetgui.app.deploy.model_library import use_entry
 from fleetgui.app.views.deploy_view import DeploymentView
 from fleetgui.app.views.message_bar import MessageBar
 from fleetgui.library import ModelEntry

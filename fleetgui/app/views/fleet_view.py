@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fleetgui.app.topology import Topology
+from fleetgui.app.fleet.topology import Topology
+from fleetgui.app.fleet.worker_table import ROW_ROLE, WorkerTableModel
 from fleetgui.app.views.topology_view import TopologyView
-from fleetgui.app.worker_table import ROW_ROLE, WorkerTableModel
 
 log = logging.getLogger(__name__)
 

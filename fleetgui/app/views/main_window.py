@@ -19,15 +19,15 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from fleetgui import __version__
-from fleetgui.app.bench_record import bench_settings
 from fleetgui.app.core import AppCore
+from fleetgui.app.dashboard.bench_record import bench_settings
 from fleetgui.app.deploy.replicas import replica_text
 from fleetgui.app.errors import user_message
+from fleetgui.app.fleet.topology_feed import DeploymentLayout, TopologyFeed
 from fleetgui.app.inference import PipelineState
 from fleetgui.app.mode import ModeSettings
 from fleetgui.app.tasks import spawn
 from fleetgui.app.theme import ThemeWatcher
-from fleetgui.app.topology_feed import DeploymentLayout, TopologyFeed
 from fleetgui.app.views.chat_presenter import ChatPresenter
 from fleetgui.app.views.chat_view import ChatView
 from fleetgui.app.views.dashboard_view import DashboardView
@@ -192,7 +192,7 @@ class MainWindow(QMainWindow):
         (read from the deployment), how busy each PC is, failovers."""
         core = self.core
         core.inference.stream_opened.connect(self._name_stream)
-        layout = DeploymentLayout(core.deployment.deployer, lambda: core.inference.pipeline)
+        layout = DeploymentLayout(lambda: core.inference.llm)
         self.topology = TopologyFeed(core.fleet, layout, self)
         core.inference.metric.connect(self.topology.record)
         core.inference.state_changed.connect(self.topology.refresh)

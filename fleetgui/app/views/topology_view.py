@@ -1,7 +1,7 @@
 """The fleet as a picture: the ring's PCs as boxes around a circle in ring order (this PC at the
 top), each hop an arrow labelled with its time and bandwidth; spares, idle and lost PCs below,
 a lost PC's layers drawn moving to the PC that took them. Draws a
-:class:`~fleetgui.app.topology.Topology`; nothing is computed here."""
+:class:`~fleetgui.app.fleet.topology.Topology`; nothing is computed here."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fleetgui.app.fleet.topology import Edge, Node, Role, Topology
 from fleetgui.app.theme import colors
-from fleetgui.app.topology import Edge, Node, Role, Topology
 
 log = logging.getLogger(__name__)
 

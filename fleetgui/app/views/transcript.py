@@ -1,7 +1,7 @@
 """The chat transcript: a read-only rich-text view that is edited in place rather than rebuilt.
 
 Finished messages are rendered once and appended. A streaming reply is shown in parts (markdown
-blocks between blank lines, :func:`~fleetgui.app.chat_format.split_reply`): whole parts are
+blocks between blank lines, :func:`~fleetgui.app.chat.chat_format.split_reply`): whole parts are
 appended once and stay; a tick replaces only the parts that changed, usually the last, and when
 the reply only added plain text to a paragraph, or code to a code block still open, it adds just
 that text (no parsing, no HTML). A tick's cost so grows with neither the conversation nor the
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtWidgets import QSizePolicy, QTextBrowser, QWidget
 
-from fleetgui.app.chat_format import (
+from fleetgui.app.chat.chat_format import (
     ReplyPart,
     continued_text,
     footer_html,
@@ -26,7 +26,7 @@ from fleetgui.app.chat_format import (
     render_message,
     split_reply,
 )
-from fleetgui.app.conversation import ASSISTANT, ChatMessage
+from fleetgui.app.chat.conversation import ASSISTANT, ChatMessage
 from fleetgui.app.theme import Colors
 from fleetgui.app.views.document_pieces import (
     Cut,

@@ -1,11 +1,11 @@
-"""``TopologyFeed``: keeps the fleet picture (:mod:`fleetgui.app.topology`) current.
+"""``TopologyFeed``: keeps the fleet picture (:mod:`fleetgui.app.fleet.topology`) current.
 
 It reads who runs which layers from the deployment (a ``FleetSession``'s assignment, the
 sessions of whole copies, or the stages of a pipeline on this PC), the rows of the
-:class:`~fleetgui.app.worker_table.WorkerTableModel`, and the runtime's metric events; ``updated``
-says the picture changed (at most every ``UPDATE_INTERVAL_MS``). While the fleet generates it
-is re-read on that period, so busy shares decay when generation stops and a failover's new
-layout shows as soon as the ring runs again (a stage moved to this PC sends no fleet event).
+:class:`~fleetgui.app.fleet.worker_table.WorkerTableModel`, and the runtime's metric events;
+``updated`` says the picture changed (at most every ``UPDATE_INTERVAL_MS``). While the fleet
+generates it is re-read on that period, so busy shares decay when generation stops and a failover's
+new layout shows as soon as the ring runs again (a stage moved to this PC sends no fleet event).
 """
 
 from __future__ import annotations
@@ -18,17 +18,16 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from fleetgui.app.topology import FleetLayout, LinkFacts, RingSpec, Topology
-from fleetgui.app.topology_tracker import TopologyTracker
-from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.app.fleet.topology import FleetLayout, LinkFacts, RingSpec, Topology
+from fleetgui.app.fleet.topology_tracker import TopologyTracker
+from fleetgui.app.fleet.worker_table import WorkerTableModel
 from fleetgui.fleet.placement.assignment import MEMORY_OVERHEAD
 from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.runtime.metrics import MetricEvent
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
-    from fleetgui.app.deploy.interfaces import Deployer
     from fleetgui.fleet.session.session import FleetSession
-    from fleetgui.runtime.generation import Runtime
+    from fleetgui.llm_pipeline import LLMPipeline
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +90,11 @@ def local_layout(pipeline: object, deployment: int, coordinator: str) -> FleetLa
 
 
 class DeploymentLayout:
-    """The layout of whatever the app has deployed, read from its deployer and pipeline (the
-    objects are read by duck typing: the fleet's modules load only when a fleet deploys)."""
+    """The layout of whatever the app has deployed: the fleet sessions the deployed pipeline
+    runs on (one, or one per replica), else its stages here."""
 
-    def __init__(self, deployer: Deployer, pipeline: Callable[[], Runtime | None]) -> None:
-        self.deployer = deployer
-        self.pipeline = pipeline
+    def __init__(self, deployed: Callable[[], LLMPipeline | None]) -> None:
+        self.deployed = deployed
         self._ids = itertools.count(1)
         self._source: object | None = None
         self._deployment = 0
@@ -109,17 +107,12 @@ class DeploymentLayout:
 
     def __call__(self) -> FleetLayout | None:
         here = coordinator_name()
-        session = getattr(self.deployer, "session", None)
-        if session is not None:
-            return sessions_layout([session], self._deployment_of(session), here)
-        replicas = getattr(self.deployer, "replicas", None)
-        if replicas is not None:
-            sessions = [r.session for r in replicas.replicas]
-            return sessions_layout(sessions, self._deployment_of(replicas), here)
-        pipeline = self.pipeline()
-        if pipeline is not None:
-            return local_layout(pipeline, self._deployment_of(pipeline), here)
-        return None
+        llm = self.deployed()
+        if llm is None:
+            return None
+        if llm.sessions:
+            return sessions_layout(llm.sessions, self._deployment_of(llm), here)
+        return local_layout(llm.runtime, self._deployment_of(llm), here)
 
 
 class TopologyFeed(QObject):

@@ -27,8 +27,8 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor
 
+from fleetgui.app.fleet.worker_status import WorkerRow, WorkerStatus
 from fleetgui.app.theme import colors
-from fleetgui.app.worker_status import WorkerRow, WorkerStatus
 from fleetgui.net.worker_info import WorkerInfo
 
 log = logging.getLogger(__name__)

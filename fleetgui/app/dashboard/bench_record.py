@@ -1,7 +1,7 @@
 """What the dashboard's benchmark measures on the deployed pipeline and what it writes: the
 ``fleetgui bench`` configurations for one delay (the network as it is), its prompts, its
 :class:`~fleetgui.bench.report.RunInfo` and its outputs (JSON, markdown, PNG) in a folder of
-the app's data folder. No widgets and no Qt: :mod:`fleetgui.app.fleet_bench` runs it."""
+the app's data folder. No widgets and no Qt: :mod:`fleetgui.app.dashboard.fleet_bench` runs it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from fleetgui.app.conversation import ASSISTANT, ChatMessage, ReplyEnd
+from fleetgui.app.chat.conversation import ASSISTANT, ChatMessage, ReplyEnd
 from fleetgui.app.theme import MONOSPACE, Colors
 from fleetgui.runtime.generation import FinishReason
 

@@ -1,5 +1,5 @@
 """A worker as the fleet view shows it: what it says about itself and how the coordinator sees
-it. Plain data; :class:`fleetgui.app.worker_table.WorkerTableModel` holds the rows."""
+it. Plain data; :class:`fleetgui.app.fleet.worker_table.WorkerTableModel` holds the rows."""
 
 from __future__ import annotations
 

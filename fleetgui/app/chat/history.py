@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from fleetgui.app.conversation import Conversation, ConversationFormatError
+from fleetgui.app.chat.conversation import Conversation, ConversationFormatError
 from fleetgui.fsutil import atomic_write_text
 from fleetgui.paths import data_dir
 

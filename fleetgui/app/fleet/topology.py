@@ -10,7 +10,7 @@ A :class:`Topology` is made of:
   bandwidth;
 * failovers: a :class:`Move` per lost worker's stages that another PC took.
 
-:class:`~fleetgui.app.topology_tracker.TopologyTracker` makes it from the layout, the fleet
+:class:`~fleetgui.app.fleet.topology_tracker.TopologyTracker` makes it from the layout, the fleet
 view's rows and the runtime's metric events.
 """
 
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fleetgui.app.worker_status import GB
+from fleetgui.app.fleet.worker_status import GB
 from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)

@@ -2,9 +2,9 @@
 
 It owns discovery (workers advertised on the LAN through zeroconf, and workers the user added by
 address, kept in ``workers.json``), probes every known worker periodically
-(:meth:`~fleetgui.app.watched_worker.WatchedWorker.probe`: pins each worker's key on first use,
-checks that the worker trusts this coordinator, i.e. pairing), and writes status and reason into
-the :class:`~fleetgui.app.worker_table.WorkerTableModel`. While a deployment runs, the
+(:meth:`~fleetgui.app.fleet.watched_worker.WatchedWorker.probe`: pins each worker's key on first
+use, checks that the worker trusts this coordinator, i.e. pairing), and writes status and reason
+into the :class:`~fleetgui.app.fleet.worker_table.WorkerTableModel`. While a deployment runs, the
 ``FleetSession``'s events (a ``LinkState``: loading, running, lost, rejoined) arrive through
 :meth:`on_session_event` and take precedence over the probe's "online". Everything runs as
 asyncio tasks in Qt's loop (qasync); nothing here blocks the GUI thread.
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal
 
 from fleetgui.addresses import format_address, parse_address, zmq_endpoint
-from fleetgui.app import fleet_status
-from fleetgui.app.fleet_status import SessionState
-from fleetgui.app.watched_worker import WatchedWorker
-from fleetgui.app.worker_status import WorkerStatus
-from fleetgui.app.worker_table import WorkerTableModel
+from fleetgui.app.fleet import status_text
+from fleetgui.app.fleet.status_text import SessionState
+from fleetgui.app.fleet.watched_worker import WatchedWorker
+from fleetgui.app.fleet.worker_status import WorkerStatus
+from fleetgui.app.fleet.worker_table import WorkerTableModel
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.pairing.code_pairing import pair_with_code
 from fleetgui.fleet.pairing.known_workers import KnownWorkers
@@ -184,7 +184,7 @@ class FleetController(QObject):
                 self._show(worker, info, WorkerStatus.KEY_CHANGED, probe.key_changed)
                 return
             state = self._session_states.get(info.name)
-            row_status, reason = fleet_status.seen(bool(worker.paired), state)
+            row_status, reason = status_text.seen(bool(worker.paired), state)
             self._show(worker, info, row_status, reason)
 
     def _show_unseen(
@@ -200,7 +200,7 @@ class FleetController(QObject):
         if worker.was_usable and worker.misses < MISSES_BEFORE_LOST:
             log.info("worker %s missed a probe (%s); lost if it misses the next", info.name, detail)
             return
-        status, text = fleet_status.unseen(reason, detail, was_usable=worker.was_usable)
+        status, text = status_text.unseen(reason, detail, was_usable=worker.was_usable)
         state = self._session_states.get(info.name)
         if state is not None and state.status is LinkState.LOST and state.reason:
             text = f"{state.reason}; {text}"
@@ -283,7 +283,7 @@ class FleetController(QObject):
         if worker is None or worker.info is None:
             log.debug("session event for unknown worker %s: %s", name, status)
             return
-        row_status, text = fleet_status.from_session(state)
+        row_status, text = status_text.from_session(state)
         self._show(worker, worker.info, row_status, text, seen=status is not LinkState.LOST)
 
     def session_closed(self) -> None:

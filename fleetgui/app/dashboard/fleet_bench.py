@@ -2,14 +2,13 @@
 pipeline the app serves, as an asyncio task on the app's loop (qasync).
 
 It measures the deployment as it is (the fleet's own network, one delay: none added): PP, PP+MB,
-PP+SD at each K with n-gram drafts and with the deployed draft model when there is one, K auto,
-and the full stack PP+SD+MB (:mod:`fleetgui.app.bench_record`). The chat is not broken by it:
-new replies wait in the inference service's queue while it runs (``InferenceService.hold``),
-after the running ones have ended, and the pipeline's drafter and K chooser, which the sweep
-swaps, are put back before they start. Cancel ends the run after the configuration under way
-and keeps what was measured; a new deployment or unloading the model ends it at once (its
-pipeline is going away). The JSON, the markdown and the PNG go to a folder of the app's data
-folder (``bench/``).
+PP+SD at each K with n-gram drafts and with the deployed draft model when there is one, K auto, and
+the full stack PP+SD+MB (:mod:`fleetgui.app.dashboard.bench_record`). The chat is not broken by it:
+new replies wait in the inference service's queue while it runs (``InferenceService.hold``), after
+the running ones have ended, and the pipeline's drafter and K chooser, which the sweep swaps, are
+put back before they start. Cancel ends the run after the configuration under way and keeps what was
+measured; a new deployment or unloading the model ends it at once (its pipeline is going away). The
+JSON, the markdown and the PNG go to a folder of the app's data folder (``bench/``).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from fleetgui import paths
-from fleetgui.app.bench_record import (
+from fleetgui.app.dashboard.bench_record import (
     DELAY,
     BenchSettings,
     configurations,
@@ -49,7 +48,7 @@ from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.stream_limit import StreamLimit
 
 if TYPE_CHECKING:
-    from fleetgui.app.api_service import ApiService
+    from fleetgui.app.dashboard.api_service import ApiService
     from fleetgui.bench.sweep import Sweep
     from fleetgui.fleet.session.session import FleetSession
     from fleetgui.runtime.speculative import Drafter
@@ -271,8 +270,9 @@ class FleetBench(QObject):
             self.failed.emit(f"the benchmark stopped: {error}; what ran before it is shown")
 
     def _drafters(self, pipeline: Pipeline) -> tuple[dict[str, Drafter], list[Drafter]]:
-        """The drafters by label (see :func:`~fleetgui.app.bench_record.draft_labels`), and
-        those made for the run (closed after it)."""
+        """The drafters by label (see
+        :func:`~fleetgui.app.dashboard.bench_record.draft_labels`), and those made for the run
+        (closed after it)."""
         from fleetgui.runtime.ngram_draft import NgramDraft
 
         deployed = pipeline.draft

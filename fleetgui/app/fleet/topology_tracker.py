@@ -1,7 +1,7 @@
-"""``TopologyTracker``: collects what the fleet picture (:mod:`fleetgui.app.topology`) is made
-of and gives a :class:`~fleetgui.app.topology.Topology`. No Qt here.
+"""``TopologyTracker``: collects what the fleet picture (:mod:`fleetgui.app.fleet.topology`) is made
+of and gives a :class:`~fleetgui.app.fleet.topology.Topology`. No Qt here.
 
-* who runs which layers: the deployment's :class:`~fleetgui.app.topology.FleetLayout`;
+* who runs which layers: the deployment's :class:`~fleetgui.app.fleet.topology.FleetLayout`;
 * how each PC is: the fleet view's rows (status, devices, memory);
 * what runs now: the runtime's metric events. A node's *busy* share is the time its stages
   computed (``StageTiming``) over the last ``busy_window_s`` of wall time; events arrive per
@@ -9,7 +9,7 @@ of and gives a :class:`~fleetgui.app.topology.Topology`. No Qt here.
   flicker, where the share shows where the time goes (the bottleneck is the busiest node).
 
 Failover: when a worker that ran stages is lost and the next layout has its stages elsewhere,
-the tracker keeps a :class:`~fleetgui.app.topology.Move` per new holder until the next
+the tracker keeps a :class:`~fleetgui.app.fleet.topology.Move` per new holder until the next
 deployment; the lost node stays in the picture, marked, with where its layers went, and the
 taker shows what it took.
 
@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetgui.app.topology import (
+from fleetgui.app.fleet.topology import (
     HIDDEN,
     TOKENS,
     Edge,
@@ -43,7 +43,7 @@ from fleetgui.app.topology import (
     Topology,
     stage_span,
 )
-from fleetgui.app.worker_status import WorkerRow, WorkerStatus
+from fleetgui.app.fleet.worker_status import WorkerRow, WorkerStatus
 from fleetgui.runtime.metrics import MetricEvent, StageTiming, TransferTiming
 
 log = logging.getLogger(__name__)

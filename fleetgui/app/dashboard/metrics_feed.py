@@ -4,11 +4,12 @@ Per-stage compute ms, tokens/s of all streams and of each chat, TTFT per request
 trip, acceptance rate and chosen K. Events are recorded even while the feed is paused;
 ``updated`` is only held back, so resuming shows everything that happened meanwhile.
 
-Tokens/s are measured here, over wall time (:mod:`fleetgui.app.rates`), for each stream and for
-all of them, from ``TokensEmitted``: neither a step's own duration nor the runtime's
+Tokens/s are measured here, over wall time (:mod:`fleetgui.app.dashboard.rates`), for each
+stream and for all of them, from ``TokensEmitted``: neither a step's own duration nor the runtime's
 ``AggregateThroughput`` (which divides by the time since the first step of its window, a few
 microseconds when steps arrive in a burst) is a rate. Streams are named by the chat they answer
-(:mod:`fleetgui.app.stream_labels`); the replies of one chat share a line, broken between them.
+(:mod:`fleetgui.app.dashboard.stream_labels`); the replies of one chat share a line, broken
+between them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from fleetgui.app.metrics_series import (
+from fleetgui.app.dashboard.metrics_series import (
     ACCEPTANCE,
     CHOSEN_K,
     HOP_MS,
@@ -30,8 +31,8 @@ from fleetgui.app.metrics_series import (
     ChartSpec,
     SeriesStore,
 )
-from fleetgui.app.rates import RateMeter
-from fleetgui.app.stream_labels import StreamLabels
+from fleetgui.app.dashboard.rates import RateMeter
+from fleetgui.app.dashboard.stream_labels import StreamLabels
 from fleetgui.fsutil import atomic_write_text
 from fleetgui.runtime.metrics import (
     MetricEvent,
@@ -104,7 +105,7 @@ class MetricsFeed(QObject):
 
     def name_stream(self, stream: int, key: str, title: str) -> None:
         """Stream ``stream`` answers the chat ``key`` titled ``title``: plot it under that
-        name (see :mod:`fleetgui.app.stream_labels`)."""
+        name (see :mod:`fleetgui.app.dashboard.stream_labels`)."""
         label = self.labels.name(stream, key, title)
         log.debug("stream %d is %r", stream, label)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
 
-from fleetgui.app.conversation import (
+from fleetgui.app.chat.conversation import (
     ASSISTANT,
     DEFAULT_REPLY,
     USER,
@@ -23,8 +23,8 @@ from fleetgui.app.conversation import (
     chat_messages,
     finished_message,
 )
+from fleetgui.app.chat.history import HistoryStore
 from fleetgui.app.errors import user_message
-from fleetgui.app.history import HistoryStore
 from fleetgui.app.inference import InferenceService
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.generation import GenerationResult

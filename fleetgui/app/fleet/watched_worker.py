@@ -2,7 +2,7 @@
 
 One probe reads the worker's info record, checks its key against the one pinned on first use
 and, until the worker is known to trust this coordinator, whether it does (pairing). The
-:class:`~fleetgui.app.fleet_controller.FleetController` turns what a probe found into the
+:class:`~fleetgui.app.fleet.controller.FleetController` turns what a probe found into the
 worker's row; :meth:`WatchedWorker.profile` is the worker as the planner preview sees it. No Qt
 here.
 """

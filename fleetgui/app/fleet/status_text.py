@@ -1,7 +1,7 @@
 """How the fleet view names a worker's state: pure functions from what the fleet code reports
 (an info probe's reason, a pairing check, a ``FleetSession`` event) to a row status and reason.
 
-Sources are merged by :class:`fleetgui.app.fleet_controller.FleetController`; the rules here:
+Sources are merged by :class:`fleetgui.app.fleet.controller.FleetController`; the rules here:
 
 * a worker that was usable and now fails its probe is *lost*, with the probe's reason and fix;
   one never seen usable shows the probe's reason itself (port closed, not answering, ...);
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from fleetgui.app.worker_status import WorkerStatus
+from fleetgui.app.fleet.worker_status import WorkerStatus
 from fleetgui.fleet.session.config import LinkReason, LinkState
 from fleetgui.net.info_probe import WorkerStatusReason
 
