@@ -34,16 +34,15 @@ from typing import Any
 
 from common import bench_cache, print_figures
 
-from fleetgui.api.served import ServedModel, fleet_stage_streams
+from fleetgui.api.served import ServedModel, stage_streams
 from fleetgui.api.server import ApiServer, ServerConfig
+from fleetgui.assembler import aopen
 from fleetgui.fleet.local_fleet.fleet import LocalFleet
 from fleetgui.fleet.session.config import CoordinatorConfig
-from fleetgui.fleet.session.session import FleetSession
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.generation import TokenDelta
+from fleetgui.runtime.generation import Runtime, TokenDelta
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.ov_stage import StageConfig
-from fleetgui.runtime.pipeline import Pipeline
 
 log = logging.getLogger("bench_api")
 
@@ -60,7 +59,7 @@ def _chat(question: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": question}]
 
 
-async def direct(pipe: Pipeline, served: ServedModel, n: int, tokens: int) -> dict[str, float]:
+async def direct(pipe: Runtime, served: ServedModel, n: int, tokens: int) -> dict[str, float]:
     options = GenerationConfig(max_new_tokens=tokens, stop=served.prompter.stop_strings)
     prompts = [served.prompter.text(_chat(QUESTIONS[i % len(QUESTIONS)])) for i in range(n)]
     started, cpu = time.perf_counter(), time.process_time()
@@ -131,11 +130,11 @@ async def bench(args: argparse.Namespace, export: Path, endpoint: Any, identity:
     config = CoordinatorConfig(
         local=LocalPipelineConfig(stage=stage, draft_stage=stage), worker_threads=1
     )
-    session = FleetSession(identity, config)
-    await session.connect([endpoint])
-    await session.deploy(export)
-    pipe = session.pipeline()
-    served = ServedModel(pipe, "bench", stage_streams=fleet_stage_streams(session))
+    llm = await aopen(
+        export, workers=[endpoint], identity=identity, coordinator=config, max_streams=max(CLIENTS)
+    )
+    pipe = llm.runtime
+    served = ServedModel(llm, "bench", stage_streams=stage_streams(llm))
     server = ApiServer(served, ServerConfig(port=0, max_streams=max(CLIENTS)))
     url = await server.start()
     runs: dict[str, list[dict[str, float]]] = {}
@@ -155,8 +154,7 @@ async def bench(args: argparse.Namespace, export: Path, endpoint: Any, identity:
                 log.info("repeat %d done", repeat + 1)
     finally:
         await server.stop()
-        await pipe.close()
-        await session.close()
+        await llm.aclose()
     report(runs)
 
 

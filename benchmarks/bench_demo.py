@@ -6,7 +6,7 @@ run greedy with PP+SD and with plain PP, interleaved, and the table gives decode
 the speedup over PP and the acceptance rate, and how many runs' greedy text differs from PP's.
 With the demo's int8 target the CPU quantizes activations to int8 per pass and rounds a
 K+1-position verify pass slightly differently from a one-position step, so a near-tie can part
-the texts (``--precision f32`` stages are exact; ``tests/test_runtime_exact.py``).
+the texts (``--precision f32`` stages are exact; ``tests/runtime/test_exact_output.py``).
 
 Run: ``.venv/bin/python benchmarks/bench_demo.py [--size small|medium] [--tokens 96]``
 """

@@ -53,19 +53,20 @@ from common import (
     print_figures,
 )
 
+from fleetgui.assembler import aopen
 from fleetgui.bench.links import DelayRelays
 from fleetgui.demo.models import DEMO_WEIGHTS, DRAFT_WEIGHTS
 from fleetgui.fleet.local_fleet.fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.ring.link import WorkerEndpoint
 from fleetgui.fleet.ring.wiring import Wiring
 from fleetgui.fleet.session.config import CoordinatorConfig
-from fleetgui.fleet.session.session import FleetSession
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.auto_k import K_MAX, AutoK
 from fleetgui.runtime.loader import LocalPipelineConfig
 from fleetgui.runtime.metrics import SpeculationRound, StageTiming, TransferTiming
 from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.pipeline import Pipeline
 
 VERIFY_PASSES = 16  # bare passes timed per width
 BARE_PROMPT = 40  # tokens of the bare loops' prompt (ids 5, 6, ...: only their count matters)
@@ -111,11 +112,17 @@ async def fleet_run(
         wiring=Wiring(topology),
         worker_threads=1,
     )
-    session = FleetSession(identity, config)
-    await session.connect(endpoints)
+    llm = await aopen(
+        export,
+        workers=endpoints,
+        draft=draft,
+        identity=identity,
+        coordinator=config,
+        max_streams=max(n_streams, 1),
+    )
     try:
-        await session.deploy(export)
-        pipe = session.pipeline(draft_dir=draft)
+        pipe = llm.runtime
+        assert isinstance(pipe, Pipeline)
         pipe.new_auto_k = new_auto_k
         speculative = draft is not None
         await pipe.complete(
@@ -143,7 +150,7 @@ async def fleet_run(
         )
         wall = time.perf_counter() - started
     finally:
-        await session.close()
+        await llm.aclose()
     accepted = [r.acceptance_rate for r in results if r.acceptance_rate is not None]
     return {
         "aggregate": sum(len(r.token_ids) for r in results) / wall,

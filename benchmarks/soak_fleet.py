@@ -24,11 +24,11 @@ from pathlib import Path
 import psutil
 from common import bench_cache
 
+from fleetgui.assembler import aopen
 from fleetgui.demo.models import export_real
 from fleetgui.fleet.local_fleet.fleet import LocalFleet, LocalWorker
 from fleetgui.fleet.ring.link import LinkConfig
 from fleetgui.fleet.session.config import CoordinatorConfig
-from fleetgui.fleet.session.session import FleetSession
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.loader import LocalPipelineConfig
@@ -61,11 +61,15 @@ async def soak(
         local=LocalPipelineConfig(stage=stage, draft_stage=stage),
         worker_precision=args.precision,
     )
-    session = FleetSession(identity, config)
-    await session.connect([w.endpoint for w in workers])
-    await session.deploy(export)
+    llm = await aopen(
+        export,
+        workers=[w.endpoint for w in workers],
+        identity=identity,
+        coordinator=config,
+        max_streams=args.streams,
+    )
+    session, pipe = llm.sessions[0], llm.runtime
     options = GenerationConfig(max_new_tokens=args.tokens)
-    pipe = session.pipeline()
     reference = {p: (await pipe.complete(p, options)).token_ids for p in PROMPTS}
     rss_start = {w.name: rss_mib(w) for w in workers}
     counts = {"streams": 0, "exact": 0, "wrong": 0, "failed": 0, "tokens": 0}
@@ -115,7 +119,7 @@ async def soak(
                 rss_start[f"{kills[0]} (restarted)"] = rss_mib(workers[index])
                 log.warning("round %d: restarted %s", round_, kills[0])
     finally:
-        await session.close()
+        await llm.aclose()
     alive = [w for w in workers if w.running]
     return {
         "command": f"benchmarks/soak_fleet.py --streams {args.streams} --rounds {args.rounds} "

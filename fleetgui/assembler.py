@@ -45,11 +45,10 @@ __all__ += ["open"]
 
 log = logging.getLogger(__name__)
 
-#: How the workers serve the model: one pipeline over this PC and the workers; a replica on
-#: each worker (``copies`` is the same: a whole copy per worker); or ``auto``: the planner
-#: measures the PCs and picks the faster for ``max_streams`` users.
-Layout = Literal["pipeline", "replicas", "copies", "auto"]
-LAYOUTS = ("pipeline", "replicas", "copies", "auto")
+#: How the workers serve the model: one pipeline over this PC and the workers, or a replica on
+#: each worker (``copies`` is the same: a whole copy per worker). A plan hook decides otherwise.
+Layout = Literal["pipeline", "replicas", "copies"]
+LAYOUTS = ("pipeline", "replicas", "copies")
 
 
 @dataclass(frozen=True)
@@ -109,9 +108,8 @@ def open(source: str | Path, **options: Unpack[OpenOptions]) -> LLMPipeline:
     ``workers``: ``["HOST:PORT", ...]`` (or one comma-separated string) of paired workers
     (``fleetgui worker --pair``), or workers already resolved (``WorkerEndpoint``). None: every
     stage runs here. ``layout``: ``"pipeline"`` (default: this PC runs the first stage and each
-    worker the next one, in order), ``"replicas"`` or ``"copies"`` (a whole copy on each worker;
-    each generation runs on the least busy copy) or ``"auto"`` (the planner measures the PCs and
-    picks the faster of the two for ``max_streams`` users).
+    worker the next one, in order), or ``"replicas"`` / ``"copies"`` (a whole copy on each
+    worker; each generation runs on the least busy copy).
 
     ``draft``: a draft model's export, or ``"ngram"`` to draft from the text itself; then
     ``GenerationConfig(k=...)`` decodes speculatively. ``max_streams`` (4): generations run at
@@ -182,8 +180,6 @@ async def _assemble(source: str | Path, options: OpenOptions) -> _Opened:
         placement = await hooks.plan(export, endpoints)
     elif whole:
         placement = Placement(replicas=tuple((e.name,) for e in endpoints))
-    elif layout == "auto":
-        placement = await auto_placement(export, endpoints, identity, config, max_streams)
     else:
         placement = Placement()
     fleet = _FleetOpening(export, identity, config, draft_source, hooks)
@@ -343,20 +339,3 @@ def _export_of(source: Path, stages: int, weights: str) -> Path:
     log.info("exporting %s into %s", source, out)
     export_model(ExportRequest(source, out, stages=stages, weights=weights))
     return out
-
-
-async def auto_placement(
-    export: Path,
-    endpoints: Sequence[WorkerEndpoint],
-    identity: KeyPair,
-    config: CoordinatorConfig,
-    users: int,
-) -> Placement:
-    """``layout="auto"``: this PC and the workers time a stage of the export, the planner
-    plans the pipeline and the workers' layouts for ``users`` at once, as the app's plan
-    preview does, and replicas win only when predicted faster (the preview is logged)."""
-    from fleetgui.fleet.placement.preview import auto_layout
-
-    plan_text, groups = await auto_layout(export, endpoints, identity, config.local.stage, users)
-    log.warning("%s", plan_text)
-    return Placement(replicas=groups)

@@ -1,5 +1,5 @@
 """What the two PyInstaller bundles hold, shared by ``fleetgui-worker.spec`` and
-``fleetgui-app.spec`` (and read by ``tests/test_packaging.py``).
+``fleetgui-app.spec`` (and read by ``tests/e2e/test_packaging.py``).
 
 * :func:`version` is ``fleetgui.__version__``, read from the source without importing fleetgui;
   :func:`write_windows_version_file` turns it into the version resource of each ``.exe`` (which

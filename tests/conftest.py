@@ -1,4 +1,7 @@
-"""Shared pytest configuration and fixtures."""
+"""Shared pytest configuration and the fixtures of every folder: a FLEETGUI_HOME, the OS keyring,
+tiny models and their exports, SmolLM2, the coordinator's identity and real worker processes.
+Each folder's own are in its conftest.py (``tests/app/conftest.py``: the app's); what is not a
+fixture is in the ``*_support.py`` modules (see tests/README.md)."""
 
 from __future__ import annotations
 
@@ -6,11 +9,16 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from fleetgui.torch_env import hide_torchvision
+
+if TYPE_CHECKING:
+    from fleet_support import WorkerProcess
+
+    from fleetgui.net.keys import KeyPair
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # Qt widgets render without a screen
 # The app's model library scans the home folder's well-known model places: tests see none (a
@@ -33,17 +41,41 @@ def _restore_root_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-def os_keyring() -> Iterator[Any]:
-    """An in-memory keyring installed as the OS keyring for one test (``keyring_support``);
+def fleetgui_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``FLEETGUI_HOME`` for one test: ``tmp_path / "home"`` (fleetgui makes its ``config``,
+    ``data`` and ``logs`` folders in it as it needs them), never the user's."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("FLEETGUI_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def use_keyring() -> Iterator[Callable[[Any], Any]]:
+    """``use_keyring(backend)`` makes ``backend`` the OS keyring for one test and returns it;
     the previous backend comes back afterwards. Skips without the ``keyring`` package."""
     keyring = pytest.importorskip("keyring")
+    previous = keyring.get_keyring()
+
+    def install(backend: Any) -> Any:
+        keyring.set_keyring(backend)
+        return backend
+
+    yield install
+    keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def os_keyring(use_keyring: Callable[[Any], Any]) -> Any:
+    """An in-memory keyring installed as the OS keyring for one test (``keyring_support``)."""
     from keyring_support import InMemoryKeyring
 
-    previous = keyring.get_keyring()
-    backend = InMemoryKeyring()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
+    return use_keyring(InMemoryKeyring())
+
+
+@pytest.fixture(scope="module")
+def root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder for one test module's models, exports, worker folders and homes."""
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
 
 
 @pytest.fixture(scope="session")
@@ -150,3 +182,141 @@ def demo_pair_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("demo_pair") / "demo-model-tiny"
     return build_demo_pair(out, "tiny").root
+
+
+@pytest.fixture(scope="session")
+def tiny_export(
+    tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., Path]:
+    """``get(stages, draft=None)``: the tiny Llama (``tiny_models("llama")``) exported in fp32
+    in ``stages`` stages, in a folder ``exp-{stages}s``; with ``draft=scale``, a copy of it with
+    noise of relative size ``scale`` on every weight (``runtime_support.perturbed_copy``: a draft
+    that agrees with it often when ``scale`` is small) exported instead, as ``draft-{stages}s``.
+    Each is made once per session and shared by the modules that ask: tests only read them.
+
+    The ones the tests use most (1 to 4 stages, the drafts of noise 0.003 and 0.05; seconds in
+    all) are made when the fixture is set up, before any test runs: a test that asks for one
+    mid-way (its event loop holding live connections) never waits seconds for an export."""
+    from runtime_support import export, perturbed_copy
+
+    folder = tmp_path_factory.mktemp("tiny_exports")
+
+    def get(stages: int, *, draft: float | None = None) -> Path:
+        model = tiny_models("llama")
+        if draft is None:
+            return export(model, folder / f"exp-{stages}s", stages=stages)
+        noisy = folder / f"noise-{draft:g}"
+        copy = perturbed_copy(model, noisy / "model", scale=draft)
+        return export(copy, noisy / f"draft-{stages}s", stages=stages)
+
+    for stages in (1, 2, 3, 4):
+        get(stages)
+    for scale in (0.003, 0.05):
+        get(1, draft=scale)
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_exports_2s_draft(
+    tiny_models: Callable[..., Path], tiny_export: Callable[..., Path]
+) -> dict[str, Path]:
+    """What the tests of one PC's pipeline deploy: the tiny Llama (``"model"``, an HF folder), its
+    2-stage export (``"2s"``) and a 1-stage draft that often agrees with it (``"draft"``, noise
+    0.05)."""
+    return {
+        "model": tiny_models("llama"),
+        "2s": tiny_export(2),
+        "draft": tiny_export(1, draft=0.05),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_greedy(tiny_export: Callable[..., Path]) -> Callable[[str, int], list[int]]:
+    """``greedy(prompt, n_new)``: the tiny Llama's greedy continuation of ``prompt``, ``n_new``
+    token ids of its monolithic f32 export run one token at a time
+    (``runtime_support.reference_greedy``), which every split of it must give; computed once per
+    prompt and length."""
+    from runtime_support import reference_greedy
+
+    from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+    tokenizer = Tokenizer(tokenizer_dir_of(tiny_export(2)))
+    done: dict[tuple[str, int], list[int]] = {}
+
+    def greedy(prompt: str, n_new: int) -> list[int]:
+        if (prompt, n_new) not in done:
+            ids = tokenizer.encode(prompt)
+            done[prompt, n_new] = reference_greedy(tiny_export(1), ids, n_new)
+        return done[prompt, n_new]
+
+    return greedy
+
+
+# -- the coordinator and real worker processes on loopback (fleet_support) ----------------------
+
+
+@pytest.fixture(scope="session")
+def identity_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test session's coordinator key pair, in a folder as ``fleetgui keys --out`` writes
+    it (what ``--identity`` takes)."""
+    from fleet_support import coordinator_identity
+
+    folder = tmp_path_factory.mktemp("coordinator")
+    coordinator_identity(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def identity(identity_dir: Path) -> KeyPair:
+    """The test session's coordinator key pair: every worker the fixtures start trusts it."""
+    from fleet_support import coordinator_identity
+
+    return coordinator_identity(identity_dir)
+
+
+@pytest.fixture(scope="session")
+def authorized_keys(identity: KeyPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ``authorized_keys`` file trusting the session's coordinator (``identity``)."""
+    path = tmp_path_factory.mktemp("trust") / "authorized_keys"
+    path.write_text(f"{identity.public} test-coordinator\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def live_workers(
+    tmp_path_factory: pytest.TempPathFactory, authorized_keys: Path
+) -> Iterator[list[WorkerProcess]]:
+    """w1, w2 and w3, started once for the session, trusting its coordinator: for the tests that
+    only talk to workers. No test may kill, stop, hang or re-key them: a test that does starts
+    its own (``start_workers``, or ``fleet_support.running_workers`` inside the test)."""
+    from fleet_support import running_workers
+
+    folder = tmp_path_factory.mktemp("live_workers")
+    with running_workers(folder, ["w1", "w2", "w3"], authorized_keys) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def start_workers(
+    root: Path, authorized_keys: Path
+) -> Iterator[Callable[..., list[WorkerProcess]]]:
+    """``start(*workers, **options)``: worker processes in ``root`` that trust the session's
+    coordinator, started side by side and returned in order. Each is a name (made by
+    ``fleet_support.worker_process`` with ``options``) or a worker made but not started yet.
+    Every one is stopped when the module ends: a module's tests may kill them."""
+    from fleet_support import WorkerProcess, start_all, worker_process
+
+    started: list[WorkerProcess] = []
+
+    def start(*workers: str | WorkerProcess, **opts: Any) -> list[WorkerProcess]:
+        made = [
+            w if isinstance(w, WorkerProcess) else worker_process(root, w, authorized_keys, **opts)
+            for w in workers
+        ]
+        started.extend(made)
+        start_all(made)
+        return made
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,10 +1,11 @@
 """Real worker processes on loopback for fleet tests, started as fleetgui starts them
 (:mod:`fleetgui.fleet.local_fleet.worker_process`), with the tests' defaults (f32, exact against a
-local reference); and what only tests need: a throttle, a small disk, the app's controller
-config."""
+local reference); and what only tests need: quick links, a HELLO, a throttle, a small disk, the
+app's controller config. The fixtures that start them are in ``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,43 @@ import pytest
 
 from fleetgui.fleet.local_fleet.fleet import local_identity
 from fleetgui.fleet.local_fleet.worker_process import LocalWorker, WorkerOptions, local_worker
+from fleetgui.fleet.ring.link import LinkConfig
+from fleetgui.fleet.session.config import CoordinatorConfig
+from fleetgui.fleet.session.session import FleetSession
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.net.keys import KeyPair
+from fleetgui.net.protocol import Message, Op
+from fleetgui.net.secure_socket import SecureClient
 
 WorkerProcess = LocalWorker  # the tests' name for a worker process
 coordinator_identity = local_identity  # a coordinator key pair in a folder, made on first use
+
+#: Heartbeats every 0.25 s, a worker lost after 1.5 s of silence: failovers within seconds.
+FAST_LINKS = LinkConfig(heartbeat_interval_s=0.25, lost_after_s=1.5)
+
+
+def fast_coordinator() -> CoordinatorConfig:
+    """The coordinator as the fleet tests run it: :data:`FAST_LINKS`, its own stages in f32
+    (exact against a local reference), a lost worker asked to rejoin every 0.5 s."""
+    from runtime_support import EXACT
+
+    return CoordinatorConfig(link=FAST_LINKS, local=EXACT, rejoin_interval_s=0.5)
+
+
+async def fleet_session(
+    identity: KeyPair, workers: list[LocalWorker], export_dir: Path, **deploy: object
+) -> FleetSession:
+    """A :func:`fast_coordinator` session connected to ``workers``, ``export_dir`` deployed."""
+    session = FleetSession(identity, fast_coordinator())
+    await session.connect([w.endpoint for w in workers])
+    await session.deploy(export_dir, **deploy)  # type: ignore[arg-type]
+    return session
+
+
+def greedy_in(mode: str, max_new_tokens: int) -> GenerationConfig:
+    """Greedy decoding in ``mode``: plain for ``"pp"``, else speculative with K 3."""
+    speculative = mode != "pp"
+    return GenerationConfig(max_new_tokens=max_new_tokens, k=3 if speculative else "off")
 
 
 def worker_process(
@@ -48,19 +84,40 @@ def worker_process(
     return local_worker(root, name, authorized_keys, options)
 
 
+def start_all(workers: list[LocalWorker]) -> None:
+    """Start the workers side by side (each mostly waits for its interpreter to load)."""
+    if workers:
+        with ThreadPoolExecutor(len(workers)) as pool:
+            list(pool.map(lambda worker: worker.start(), workers))
+
+
 @contextmanager
 def running_workers(
     root: Path, names: list[str], authorized_keys: Path, **options: Any
 ) -> Iterator[list[LocalWorker]]:
-    """Start a worker per name (``options`` as for :func:`worker_process`); stop them after."""
+    """Start a worker per name side by side (``options`` as for :func:`worker_process`); stop
+    them after."""
     workers = [worker_process(root, n, authorized_keys, **options) for n in names]
     try:
-        for worker in workers:
-            worker.start()
+        start_all(workers)
         yield workers
     finally:
         for worker in workers:
             worker.stop()
+
+
+def hello(process: LocalWorker, identity: KeyPair) -> Message:
+    """A HELLO to ``process`` as the coordinator ``identity``: its reply."""
+
+    async def main() -> Message:
+        client = SecureClient(identity, process.info["public_key"], name=process.name)
+        try:
+            await client.connect(process.endpoint.endpoint, timeout_s=10)
+            return await client.request(Message(Op.HELLO), timeout_s=10)
+        finally:
+            client.close()
+
+    return asyncio.run(main())
 
 
 class StopStartThrottle:

@@ -15,6 +15,9 @@ from fleetgui.runtime.pipeline import Pipeline
 EXACT_STAGE = StageConfig(threads=1, precision="f32")
 EXACT = LocalPipelineConfig(stage=EXACT_STAGE, draft_stage=EXACT_STAGE)
 
+#: Two prompts the tiny model continues differently: code, then a story.
+TINY_PROMPTS = ("def add(a, b):\n    return", "The old lighthouse keeper climbed the stairs")
+
 
 def export(model: Path, out: Path, **request: object) -> Path:
     if not (out / "manifest.json").is_file():

@@ -1,16 +1,12 @@
-"""Network addresses as text (``fleetgui.addresses``), and the pinned worker keys filed by them."""
+"""Network addresses as text (``fleetgui.addresses``): formatted, parsed back, refused with what
+is expected. (The worker keys pinned by address: ``tests/fleet/pairing/test_known_workers.py``.)"""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
 from fleetgui.addresses import format_address, parse_address, parse_zmq_endpoint, zmq_endpoint
 from fleetgui.errors import FleetguiError
-from fleetgui.fleet.pairing.known_workers import KnownWorkers, WorkerKeyChangedError
-from fleetgui.net.keys import KeyPair
 from fleetgui.net.worker_info import WorkerInfo
 
 CASES = [  # (host, port, host:port, tcp endpoint)
@@ -80,36 +76,19 @@ def test_worker_info_address_brackets_ipv6_only() -> None:
     assert (v4.address, v6.address) == ("10.0.0.2:5555", "[fe80::2]:5555")
 
 
-def _pinned_file(path: Path, entries: dict[str, str]) -> None:
-    """A known_workers.json as an older fleetgui wrote it: ``name@address`` -> entry."""
-    workers = {
-        entry_id: {"public_key": key, "name": entry_id.split("@")[0], "address": "x"}
-        for entry_id, key in entries.items()
-    }
-    path.write_text(json.dumps({"version": 1, "workers": workers}), encoding="utf-8")
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("192.168.1.20:5555", ("192.168.1.20", 5555)),
+        (" pc-kitchen.local:6000 ", ("pc-kitchen.local", 6000)),
+        ("[fe80::1]:5555", ("fe80::1", 5555)),
+    ],
+)
+def test_parse_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
 
 
-def test_keys_pinned_under_unbracketed_ipv6_are_still_found(tmp_path: Path) -> None:
-    """Before addresses were bracketed, an IPv6 worker was pinned as ``name@fe80::2:5555``."""
-    path = tmp_path / "known_workers.json"
-    key, other = KeyPair.generate().public, KeyPair.generate().public
-    _pinned_file(path, {"pc@fe80::2:5555": key})
-    known = KnownWorkers(path)
-    assert known.pinned("[fe80::2]:5555", "pc") == key
-    assert known.check("[fe80::2]:5555", "pc", key) is False  # accepted, not pinned again
-    with pytest.raises(WorkerKeyChangedError, match="'pc@fe80::2:5555'"):
-        known.check("[fe80::2]:5555", "pc", other)  # the entry to remove is named as it is
-    assert known.forget("[fe80::2]:5555", "pc") is True
-    assert known.pinned("[fe80::2]:5555", "pc") is None
-    assert json.loads(path.read_text(encoding="utf-8"))["workers"] == {}
-
-
-def test_new_pins_use_the_bracketed_form_and_ipv4_is_unchanged(tmp_path: Path) -> None:
-    path = tmp_path / "known_workers.json"
-    key = KeyPair.generate().public
-    known = KnownWorkers(path)
-    assert known.check("[fe80::2]:5555", "pc", key) is True
-    assert known.check("10.0.0.2:5555", "pc", key) is True
-    workers = json.loads(path.read_text(encoding="utf-8"))["workers"]
-    assert set(workers) == {"pc@[fe80::2]:5555", "pc@10.0.0.2:5555"}
-    assert known.check("[fe80::2]:5555", "pc", key) is False
+@pytest.mark.parametrize("text", ["pc", "pc:", ":5555", "pc:0", "pc:70000", "fe80::1:5555"])
+def test_parse_address_rejects(text: str) -> None:
+    with pytest.raises(FleetguiError, match="HOST:PORT"):
+        parse_address(text)

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fleet_support import coordinator_identity, running_workers
-from runtime_support import export
+from fleet_support import WorkerProcess
 
 import fleetgui
 from fleetgui.errors import FleetguiError
@@ -22,11 +21,6 @@ from fleetgui.runtime.loader import load_local_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):\n    return"
-
-
-@pytest.fixture(scope="module")
-def tiny_export(tiny_models: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export(tiny_models("llama"), tmp_path_factory.mktemp("front") / "llama-2s", stages=2)
 
 
 def reference(export_dir: Path, n: int) -> str:
@@ -40,9 +34,12 @@ def reference(export_dir: Path, n: int) -> str:
     return asyncio.run(main())
 
 
-def test_open_generates_and_streams_the_runtimes_greedy_text(tiny_export: Path) -> None:
-    want = reference(tiny_export, 24)
-    with fleetgui.open(tiny_export, precision="f32") as llm:
+def test_open_generates_and_streams_the_runtimes_greedy_text(
+    tiny_export: Callable[..., Path],
+) -> None:
+    export_dir = tiny_export(2)
+    want = reference(export_dir, 24)
+    with fleetgui.open(export_dir, precision="f32") as llm:
         assert llm.generate(PROMPT, max_new_tokens=24) == want
         assert "".join(llm.stream(PROMPT, max_new_tokens=24)) == want
         config = fleetgui.GenerationConfig(temperature=0.8, top_p=0.9, seed=7, max_new_tokens=16)
@@ -55,13 +52,14 @@ def test_open_generates_and_streams_the_runtimes_greedy_text(tiny_export: Path) 
         assert llm.generate(PROMPT, max_new_tokens=24) == want
 
 
-def test_at_most_max_streams_generate_at_once(tiny_export: Path) -> None:
+def test_at_most_max_streams_generate_at_once(tiny_export: Callable[..., Path]) -> None:
     """Three threads ask at once; with max_streams=1 each reply's tokens come in one run, never
     interleaved with another's."""
+    export_dir = tiny_export(2)
     from fleetgui.runtime.metrics import TokensEmitted
 
     emitted: list[int] = []
-    with fleetgui.open(tiny_export, max_streams=1, precision="f32") as llm:
+    with fleetgui.open(export_dir, max_streams=1, precision="f32") as llm:
         llm._runtime.metrics.subscribe(
             lambda e: emitted.append(e.stream_id) if isinstance(e, TokensEmitted) else None
         )
@@ -78,48 +76,51 @@ def test_at_most_max_streams_generate_at_once(tiny_export: Path) -> None:
     assert len(runs) == len(set(runs)) == 3, emitted  # one run of tokens per reply
 
 
-def test_bad_arguments_get_clear_errors(tiny_export: Path, tmp_path: Path) -> None:
+def test_bad_arguments_get_clear_errors(tiny_export: Callable[..., Path], tmp_path: Path) -> None:
+    export_dir = tiny_export(2)
     with pytest.raises(FleetguiError, match="max_streams must be at least 1"):
-        fleetgui.open(tiny_export, max_streams=0)
+        fleetgui.open(export_dir, max_streams=0)
     with pytest.raises(FleetguiError, match="layout='copies' puts a copy on each worker"):
-        fleetgui.open(tiny_export, layout="copies")
-    with fleetgui.open(tiny_export, precision="f32") as llm:
+        fleetgui.open(export_dir, layout="copies")
+    with fleetgui.open(export_dir, precision="f32") as llm:
         with pytest.raises(FleetguiError, match="not a GenerationConfig field"):
             llm.generate(PROMPT, max_tokens=4)
         with pytest.raises(FleetguiError, match="temperature"):
             llm.generate(PROMPT, temperature=-1.0)
 
 
-def test_open_on_two_workers_gives_the_same_text(tiny_export: Path, tmp_path: Path) -> None:
-    want = reference(tiny_export, 24)
-    coordinator = tmp_path / "coordinator"
-    identity = coordinator_identity(coordinator)
-    keys = tmp_path / "authorized_keys"
-    keys.write_text(f"{identity.public} test\n")
-    with running_workers(tmp_path / "fleet", ["a", "b"], keys) as workers:
-        addresses = [w.address for w in workers]
-        options = {"identity": coordinator, "precision": "f32"}
-        with fleetgui.open(tiny_export, workers=addresses[:1], **options) as llm:
-            assert llm.generate(PROMPT, max_new_tokens=24) == want
-        with fleetgui.open(tiny_export, workers=addresses, layout="copies", **options) as llm:
-            assert llm.generate(PROMPT, max_new_tokens=24) == want
+def test_open_on_two_workers_gives_the_same_text(
+    tiny_export: Callable[..., Path], live_workers: list[WorkerProcess], identity_dir: Path
+) -> None:
+    export_dir = tiny_export(2)
+    want = reference(export_dir, 24)
+    addresses = [w.address for w in live_workers[:2]]
+    options = {"identity": identity_dir, "precision": "f32"}
+    with fleetgui.open(export_dir, workers=addresses[:1], **options) as llm:
+        assert llm.generate(PROMPT, max_new_tokens=24) == want
+    with fleetgui.open(export_dir, workers=addresses, layout="copies", **options) as llm:
+        assert llm.generate(PROMPT, max_new_tokens=24) == want
 
 
 def test_the_readmes_python_example_runs(
-    tiny_export: Path, capsys: pytest.CaptureFixture[str]
+    tiny_export: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    export_dir = tiny_export(2)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- python-example -->\s*```python\n(.+?)\n```", readme, re.S)
     assert match, "README has no Python example after <!-- python-example -->"
     code = match.group(1)
     assert len(code.splitlines()) <= 12 and '"shards/llama8b"' in code
-    exec(compile(code.replace('"shards/llama8b"', repr(str(tiny_export))), "README", "exec"), {})
+    exec(compile(code.replace('"shards/llama8b"', repr(str(export_dir))), "README", "exec"), {})
     assert capsys.readouterr().out.strip()  # it printed the chat reply and the two answers
 
 
-def test_a_runtime_pipeline_opened_elsewhere_behind_the_front_door(tiny_export: Path) -> None:
+def test_a_runtime_pipeline_opened_elsewhere_behind_the_front_door(
+    tiny_export: Callable[..., Path],
+) -> None:
     """``LLMPipeline.over`` as the app and ``serve`` use it: the stream's deltas then its result,
     a chat's prompt and stop strings, the stream limit changed and held."""
+    export_dir = tiny_export(2)
     from fleetgui.generation_config import GenerationConfig
     from fleetgui.llm_pipeline import LLMPipeline
     from fleetgui.modes import Mode
@@ -132,7 +133,7 @@ def test_a_runtime_pipeline_opened_elsewhere_behind_the_front_door(tiny_export: 
         GenerationConfig(k=99).check()
 
     async def main() -> None:
-        llm = LLMPipeline.over(load_local_pipeline(tiny_export), max_streams=2)
+        llm = LLMPipeline.over(load_local_pipeline(export_dir), max_streams=2)
         try:
             assert llm.max_streams == 2
             llm.max_streams = 1

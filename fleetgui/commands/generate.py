@@ -208,11 +208,8 @@ def _chat_prompts(
             args.export_dir,
         )
     head = [] if args.system is None else [{"role": "system", "content": args.system}]
-    prompts = []
-    for text in args.prompt:  # the configuration is the same for each: its format's stops
-        prompt, chat_config = llm.chat_prompt([*head, {"role": "user", "content": text}], config)
-        prompts.append(prompt)
-    return prompts, chat_config
+    prompts = [llm.prompter.text([*head, {"role": "user", "content": p}]) for p in args.prompt]
+    return prompts, llm.chat_config(config)
 
 
 def _print_results(

@@ -132,7 +132,7 @@ async def _serve(args: argparse.Namespace) -> int:
         args.export_dir,
         workers=args.workers or (),
         draft=args.draft if mode.speculative else None,
-        layout=args.layout,
+        layout="pipeline" if args.layout == "auto" else args.layout,  # auto: the plan hook
         max_streams=max_streams,
         identity=identity,
         threads=args.threads,

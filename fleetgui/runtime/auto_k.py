@@ -293,7 +293,7 @@ class AutoK:
         the moving acceptance estimate (``best_rate``) and by the acceptance pooled over the
         last ``off_window`` judged drafts (at least ``off_evidence``). The moving estimate
         alone, ~5 rounds long, read a draft accepted at 0.3 (14 % faster than plain in
-        ``tests/test_auto_k.py``'s costs) as one at 0.04 often enough to turn it off."""
+        ``tests/runtime/test_auto_k.py``'s costs) as one at 0.04 often enough to turn it off."""
         if self._recent.judged < self.off_evidence:
             return False
         plain_rate = 1 / self.plain_ms() / (1 + self.off_gain)

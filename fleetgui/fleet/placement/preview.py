@@ -202,7 +202,7 @@ async def auto_layout(
     users: int,
 ) -> tuple[str, Groups]:
     """What the app's preview would deploy for ``users`` at once, for a layout chosen without
-    the app (``layout="auto"``): this PC and the workers time a stage of ``export``, the
+    the app (``serve --layout auto``): this PC and the workers time a stage of ``export``, the
     planner plans the pipeline and the workers' layouts, and replicas win only when predicted
     faster. The preview's text (alternatives included) and the groups to deploy as replicas
     (``()``: one pipeline)."""

@@ -226,10 +226,14 @@ class RingRoute(Route):
         try:
             while token is not None:
                 ring = self.ring
-                if self._decodes_on_worker(ring, run.stream_id):
-                    segment = self._worker_segment(ring, run, token, heads)
-                else:
-                    segment = self._one_step(run, token, heads)
+                if not self._decodes_on_worker(ring, run.stream_id):  # one ring pass
+                    head = heads.popleft() if heads else run.next_head()
+                    ids = np.array([[token]], dtype=np.int64)
+                    result = await self.run(ForwardRequest(run.stream_id, ids, head=head))
+                    token = run.after(result)
+                    yield result
+                    continue
+                segment = self._worker_segment(ring, run, token, heads)
                 async with contextlib.aclosing(segment) as results:
                     async for result in results:
                         token = run.after(result)
@@ -238,13 +242,6 @@ class RingRoute(Route):
                             break
         finally:
             run.stop()
-
-    async def _one_step(
-        self, run: DecodeRun, token: int, heads: deque[HeadOp]
-    ) -> AsyncGenerator[ForwardResult, None]:
-        head = heads.popleft() if heads else run.next_head()
-        ids = np.array([[token]], dtype=np.int64)
-        yield await self.run(ForwardRequest(run.stream_id, ids, head=head))
 
     async def _worker_segment(
         self, ring: Ring, run: DecodeRun, token: int, heads: deque[HeadOp]
