@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.llm_pipeline import LLMPipeline
+from fleetgui.llm_pipeline import UNLOAD_TIMEOUT_S, LLMPipeline
 from fleetgui.loop_thread import LoopThread
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ class _FleetOpening:
         """Unload what the sessions loaded and close them (a failed or cancelled opening)."""
         for session in self.sessions:
             with contextlib.suppress(Exception):
-                await session.close(unload=True)
+                await session.close(unload=True, timeout_s=UNLOAD_TIMEOUT_S)
 
 
 def _worker_list(workers: Sequence[str | WorkerEndpoint] | str) -> list[str | WorkerEndpoint]:

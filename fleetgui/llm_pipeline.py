@@ -1,7 +1,6 @@
-"""The front door's pipeline: :class:`LLMPipeline` generates, streams and chats with a model that
-:func:`fleetgui.open` opened, or that a caller deployed itself and wraps with
-:meth:`LLMPipeline.over` (the app and ``fleetgui serve``, which deploy with progress and
-planning of their own).
+"""What :func:`fleetgui.open` (the assembler) returns: :class:`LLMPipeline` generates, streams
+and chats with the model it opened, and owns the fleet sessions the model runs on. The app, the
+API, the CLI and Python callers all generate through one.
 
 Like ``openvino_genai.LLMPipeline``, it is used from plain synchronous code; it runs the fleet's
 asyncio machinery on a thread of its own, so a script, a notebook or a web handler need not
@@ -31,6 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: How long a worker is given to drop its stages when a pipeline closes with ``unload``: freeing
+#: a large model's memory takes a moment; a worker that does not answer in time is logged.
+UNLOAD_TIMEOUT_S = 10.0
 Messages = Sequence[Mapping[str, Any]]
 
 
@@ -225,7 +227,7 @@ class LLMPipeline:
             await self._runtime.close()
         finally:
             for session in self._sessions:
-                await session.close(unload=unload)
+                await session.close(unload=unload, timeout_s=UNLOAD_TIMEOUT_S)
 
     # -- sync -----------------------------------------------------------------------------------
 

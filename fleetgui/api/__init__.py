@@ -1,4 +1,4 @@
-"""An OpenAI-compatible HTTP API over the front door's ``LLMPipeline`` (``fleetgui serve``).
+"""An OpenAI-compatible HTTP API over the ``LLMPipeline`` (``fleetgui serve``).
 
 aiohttp serves it on the pipeline's own event loop: ``parsing`` checks request bodies (``routes``
 makes each a ``GenerationConfig``), ``errors`` builds OpenAI error objects, ``responses`` the

@@ -24,7 +24,7 @@ StageStreams = Callable[[], Awaitable[dict[str, int]]]
 
 @dataclass
 class ServedModel:
-    """The model the API generates with: ``source`` is the front door's pipeline, or a runtime
+    """The model the API generates with: ``source`` is the assembler's pipeline, or a runtime
     one (wrapped in an :class:`~fleetgui.llm_pipeline.LLMPipeline`, its stream limit as it is)."""
 
     source: InitVar[LLMPipeline | Runtime]

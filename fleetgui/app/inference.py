@@ -86,7 +86,7 @@ class InferenceService(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._llm: LLMPipeline | None = None  # the front door over the deployed pipeline
+        self._llm: LLMPipeline | None = None  # the deployed pipeline
         self._chat_note = ""
         self._description = ""
         self._unsubscribe: list[Callable[[], None]] = []
@@ -104,7 +104,7 @@ class InferenceService(QObject):
 
     @property
     def llm(self) -> LLMPipeline | None:
-        """The front door over the deployed pipeline (what replies and the API generate with)."""
+        """The deployed pipeline (what replies and the API generate with)."""
         return self._llm
 
     @property

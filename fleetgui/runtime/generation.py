@@ -3,7 +3,7 @@
 The vocabulary of :class:`~fleetgui.runtime.pipeline.Pipeline` and of the fleet's replicated
 pipeline alike: the text deltas of a stream and its result, the check of a request (its
 :class:`~fleetgui.generation_config.GenerationConfig` and prompt), and :class:`Runtime`, what
-the front door's ``LLMPipeline`` asks of either.
+the ``LLMPipeline`` asks of either.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def check_request(
 
 
 class Runtime(Protocol):
-    """What generates behind the front door's ``LLMPipeline``: a
+    """What generates behind the ``LLMPipeline``: a
     :class:`~fleetgui.runtime.pipeline.Pipeline` (stages here or on a fleet's ring) or the
     fleet's :class:`~fleetgui.fleet.session.replicas.ReplicatedPipeline`."""
 

@@ -35,7 +35,7 @@ from fleetgui.runtime.stream_state import StreamState
 from fleetgui.runtime.target_passes import TargetPasses
 from fleetgui.runtime.tokenizer import IncrementalText, Tokenizer
 
-# GenerationResult stays importable from here: the front door's docs named it here first
+# GenerationResult stays importable from here: the LLMPipeline's docs named it here first
 __all__ = ["GenerationResult", "Pipeline"]
 
 log = logging.getLogger(__name__)

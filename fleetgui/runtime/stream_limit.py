@@ -2,7 +2,7 @@
 served.
 
 The limit belongs to the pipeline, not to its callers: the app, ``fleetgui generate``, the Python
-front door and the API all generate through one, and each had kept a semaphore of its own. The
+Python API and the HTTP API all generate through one, and each had kept a semaphore of its own. The
 limit can change while requests wait (the app's stream count); a waiter cancelled just as it was
 granted a slot passes the slot on. A hold keeps every new generation waiting until it is resumed,
 once the running ones have ended (the app's fleet benchmark has the stages to itself meanwhile).
