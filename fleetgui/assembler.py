@@ -88,6 +88,8 @@ class OpenOptions(TypedDict, total=False):
     threads: int
     precision: str
     local_failover: bool
+    context: int | None
+    kv_reuse: bool
     coordinator: CoordinatorConfig
     hooks: OpenHooks
 
@@ -118,8 +120,12 @@ def open(source: str | Path, **options: Unpack[OpenOptions]) -> LLMPipeline:
     pair (default: the one in the OS keyring). ``threads``/``precision`` (0/"auto"):
     OpenVINO settings of every stage. ``local_failover`` (True): when workers are lost and
     those left cannot take their stages, run the stages on this PC (else the generation ends
-    with an error). ``coordinator``: the whole fleet configuration instead of those three
-    (``CoordinatorConfig``). ``hooks``: :class:`OpenHooks`.
+    with an error). ``context``: the most tokens a prompt and its answer may hold (default:
+    the model's, up to 4,096). ``kv_reuse`` (True): a finished answer's KV stays on the stages,
+    and a request that continues the conversation (or shares a long prefix with it) prefills
+    only what is new. ``coordinator``: the whole fleet configuration instead of threads,
+    precision and local_failover (``CoordinatorConfig``); ``context`` and ``kv_reuse`` still
+    apply. ``hooks``: :class:`OpenHooks`.
 
     Example::
 
@@ -306,17 +312,22 @@ def _coordinator_config(options: OpenOptions) -> CoordinatorConfig:
     from fleetgui.runtime.loader import LocalPipelineConfig
     from fleetgui.runtime.ov_stage import StageConfig
 
-    given = options.get("coordinator")
-    if given is not None:
-        return given
-    threads, precision = options.get("threads", 0), options.get("precision", "auto")
-    stage = StageConfig(threads=threads, precision=precision)
-    return CoordinatorConfig(
-        local=LocalPipelineConfig(stage=stage, draft_stage=stage),
-        worker_threads=threads,
-        worker_precision=precision,
-        local_failover=options.get("local_failover", True),
-    )
+    config = options.get("coordinator")
+    if config is None:
+        threads, precision = options.get("threads", 0), options.get("precision", "auto")
+        stage = StageConfig(threads=threads, precision=precision)
+        config = CoordinatorConfig(
+            local=LocalPipelineConfig(stage=stage, draft_stage=stage),
+            worker_threads=threads,
+            worker_precision=precision,
+            local_failover=options.get("local_failover", True),
+        )
+    local = config.local
+    if options.get("context") is not None:
+        local = replace(local, context_limit=options.get("context"))
+    if "kv_reuse" in options:
+        local = replace(local, kv_reuse=options["kv_reuse"])
+    return replace(config, local=local)
 
 
 def _identity(identity: str | Path | KeyPair | None) -> KeyPair:

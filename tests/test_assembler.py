@@ -59,7 +59,8 @@ def test_at_most_max_streams_generate_at_once(tiny_export: Callable[..., Path]) 
     from fleetgui.runtime.metrics import TokensEmitted
 
     emitted: list[int] = []
-    with fleetgui.open(export_dir, max_streams=1, precision="f32") as llm:
+    # reuse off: each reply a stream of its own, told apart by its id
+    with fleetgui.open(export_dir, max_streams=1, precision="f32", kv_reuse=False) as llm:
         llm._runtime.metrics.subscribe(
             lambda e: emitted.append(e.stream_id) if isinstance(e, TokensEmitted) else None
         )

@@ -25,12 +25,15 @@ def finish_reason(result: GenerationResult) -> str:
     return FINISH_REASONS.get(result.finish_reason, "stop")
 
 
-def usage(result: GenerationResult) -> dict[str, int]:
+def usage(result: GenerationResult) -> dict[str, Any]:
+    """OpenAI's usage object; ``cached_tokens``: the prompt tokens whose KV an earlier request
+    left on the fleet (not computed again)."""
     completion = len(result.token_ids)
     return {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": result.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
     }
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from fleetgui.commands.model_options import positive_int
 from fleetgui.demo.models import DRAFTS
 from fleetgui.generation_config import GenerationConfig, parse_draft_tokens
 from fleetgui.modes import Mode
@@ -79,13 +80,6 @@ def k_value(text: str) -> int | Literal["auto"]:
         return parse_draft_tokens(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def positive_int(text: str) -> int:
-    """A whole number of at least 1 (``--max-new-tokens``)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return int(text)
 
 
 def check_flags(args: argparse.Namespace) -> None:

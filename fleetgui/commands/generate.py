@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleetgui.commands.model_options import add_context_arguments
 from fleetgui.errors import FleetguiError
 from fleetgui.modes import MODES, Mode
 from fleetgui.runtime.draft_source import parse_draft
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
     )
+    add_context_arguments(parser)
     parser.add_argument(
         "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
     )
@@ -166,6 +168,8 @@ async def _generate(args: argparse.Namespace) -> int:
         threads=args.threads,
         precision=args.precision,
         local_failover=args.local_failover,
+        context=args.context,
+        kv_reuse=args.kv_reuse,
     )
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)

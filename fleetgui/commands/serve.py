@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from fleetgui.commands.model_options import add_context_arguments
 from fleetgui.errors import FleetguiError
 from fleetgui.modes import MODES, Mode
 from fleetgui.runtime.draft_source import parse_draft
@@ -79,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
     )
+    add_context_arguments(parser)
 
 
 def _k(text: str) -> int | Literal["auto"]:
@@ -138,6 +140,8 @@ async def _serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         precision=args.precision,
         hooks=OpenHooks(plan=print_auto_layout if args.layout == "auto" else None),
+        context=args.context,
+        kv_reuse=args.kv_reuse,
     )
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None

@@ -200,6 +200,8 @@ def encode_forward(
         "compact": request.compact,
         "head": head,
     }
+    if request.keep is not None:  # absent: an older worker reads the message as before
+        meta["keep"] = request.keep
     tensors = (np.asarray(request.payload), *extra)
     return encode(
         Message(Op.FORWARD, request.stream_id, request_id, meta=meta, tensors=tensors), limits
@@ -225,8 +227,14 @@ def request_from_message(message: Message) -> ForwardRequest:
     if not isinstance(compact, bool):
         raise _bad("compact", "need a boolean")
     head = _head_from(message.meta.get("head"), message.tensors[1:])
+    keep = None if message.meta.get("keep") is None else _int(message.meta, "keep", 0, 2**31)
     return ForwardRequest(
-        message.stream_id, payload, _int(message.meta, "rewind", 0, 2**31), compact, head
+        message.stream_id,
+        payload,
+        _int(message.meta, "rewind", 0, 2**31),
+        compact,
+        head,
+        keep=keep,
     )
 
 

@@ -59,6 +59,7 @@ class GenerationResult:
     finish_reason: FinishReason
     ks: list[int] = field(default_factory=list)  # K of each speculative round
     plain_steps: int = 0  # speculative mode's plain steps (K auto off, or nothing proposed)
+    cached_tokens: int = 0  # prompt tokens whose KV an earlier request left (not prefilled)
 
 
 async def final_result(

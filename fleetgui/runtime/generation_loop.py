@@ -104,7 +104,7 @@ class StreamGeneration:
                     self.finish = FinishReason.CONTEXT
                     break
                 step_started = time.perf_counter()
-        tail = text.flush()
+        tail = text.flush(stream.generated)
         if tail:
             yield TokenDelta(stream.id, tail, ())
 
@@ -130,6 +130,7 @@ class StreamGeneration:
             finish_reason=self.finish,
             ks=stream.ks,
             plain_steps=stream.plain_steps,
+            cached_tokens=stream.cached,
         )
         metrics.emit(
             RequestFinished(

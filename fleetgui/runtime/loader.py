@@ -16,6 +16,7 @@ from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.ngram_draft import NgramDraft
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
 from fleetgui.runtime.pipeline import Pipeline
+from fleetgui.runtime.resident import ResidentStreams
 from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.speculative import Drafter, DraftModel
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
@@ -23,6 +24,9 @@ from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 4096
+#: Idle conversations kept on the stages by default: this many contexts' worth of KV entries
+#: (16k tokens at a 4k context; SmolLM2's f16 cache holds that in about 370 MB over its stages).
+DEFAULT_IDLE_CONTEXTS = 4
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class LocalPipelineConfig:
     draft_stage: StageConfig = field(default_factory=StageConfig)
     context_limit: int | None = None  # None: the model's max_position_embeddings (capped)
     prefill_chunk: int = 256
+    kv_reuse: bool = True  # finished streams stay resident for requests that continue them
+    # KV entries idle streams may hold together (None: DEFAULT_IDLE_CONTEXTS contexts' worth)
+    kv_budget_tokens: int | None = None
 
 
 def _single_thread(config: StageConfig) -> bool:
@@ -161,11 +168,21 @@ def pipeline_over(
     or ``"ngram"``) run on this PC."""
     tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     draft = load_draft(draft_dir, manifest, tokenizer, config, core) if draft_dir else None
+    context_limit = context_limit_of(manifest, config.context_limit)
     return Pipeline(
         route,
         tokenizer,
-        context_limit=context_limit_of(manifest, config.context_limit),
+        context_limit=context_limit,
         draft=draft,
         prefill_chunk=config.prefill_chunk,
         metrics=metrics,
+        resident=resident_streams(config, context_limit),
     )
+
+
+def resident_streams(config: LocalPipelineConfig, context_limit: int) -> ResidentStreams | None:
+    """Where a pipeline run with ``config`` keeps finished streams (None: reuse off)."""
+    if not config.kv_reuse:
+        return None
+    budget = config.kv_budget_tokens
+    return ResidentStreams(DEFAULT_IDLE_CONTEXTS * context_limit if budget is None else budget)

@@ -236,6 +236,13 @@ class LocalStage(BlockingStage):
             )
         slot = self._streams.get(request.stream_id)
         live = slot.mask.live if slot is not None else 0
+        if request.keep is not None:
+            if not 0 <= request.keep <= live:
+                raise StageError(
+                    f"stage {self.index}: cannot keep {request.keep} of stream "
+                    f"{request.stream_id}'s {live} positions"
+                )
+            live = request.keep
         if not 0 <= request.rewind <= live:
             raise StageError(
                 f"stage {self.index}: cannot rewind {request.rewind} of stream "
@@ -247,6 +254,8 @@ class LocalStage(BlockingStage):
         and the inputs of the first part (later parts take the previous part's output)."""
         self.check(request)
         slot = self._slot(request.stream_id)
+        if request.keep is not None and slot.mask.live > request.keep:
+            slot.mask.rewind(slot.mask.live - request.keep)
         if request.rewind:
             slot.mask.rewind(request.rewind)
         if request.compact and slot.mask.masked:  # nothing to drop, e.g. a fresh stream

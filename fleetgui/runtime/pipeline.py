@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, Callable
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import AutoK, AutoKMemory
 from fleetgui.runtime.generation import (
+    FinishReason,
     GenerationResult,
     TokenDelta,
     check_request,
@@ -27,6 +28,7 @@ from fleetgui.runtime.generation import (
 )
 from fleetgui.runtime.generation_loop import StreamGeneration, stream_steps
 from fleetgui.runtime.metrics import AggregateThroughput, MetricsBus, TokensEmitted
+from fleetgui.runtime.resident import ParkedStream, ResidentStreams
 from fleetgui.runtime.route import Route
 from fleetgui.runtime.sequence import CompactionPolicy
 from fleetgui.runtime.speculative import Drafter
@@ -41,6 +43,10 @@ __all__ = ["GenerationResult", "Pipeline"]
 log = logging.getLogger(__name__)
 
 AGGREGATE_WINDOW_S = 3.0  # aggregate tokens/s is measured over this sliding window
+#: Ends after which no decode step ran ahead of what was read: the run itself stops at the end
+#: of turn, the token limit and the context. A stop string (or a caller that stops reading)
+#: ends the stream while a run may have computed a step or more further.
+EXACT_ENDS = frozenset({FinishReason.EOS, FinishReason.MAX_TOKENS, FinishReason.CONTEXT})
 
 
 class _SlidingRate:
@@ -77,10 +83,13 @@ class Pipeline:
         compaction: CompactionPolicy | None = None,
         new_auto_k: Callable[[], AutoK] = AutoK,
         max_streams: int | None = None,
+        resident: ResidentStreams | None = None,
     ) -> None:
         """``new_auto_k`` makes each stream's chooser of K (for ``k="auto"``); benchmarks pass
         differently set ones to compare them. ``max_streams``: generations at once, the
-        others wait their turn (None: no limit; ``streams.set`` changes it)."""
+        others wait their turn (None: no limit; ``streams.set`` changes it). ``resident``:
+        where finished streams stay for the next request that continues them (None: every
+        stream is freed as it ends, and every prompt is prefilled whole)."""
         self.route = route
         self.tokenizer = tokenizer
         self.context_limit = context_limit
@@ -95,6 +104,7 @@ class Pipeline:
         self._rate = _SlidingRate(AGGREGATE_WINDOW_S)
         self._active = 0  # streams generating now
         self.streams = StreamLimit(max_streams)
+        self.resident = resident
 
     def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
         """Emit the step's tokens and the aggregate rate over the last few seconds."""
@@ -113,34 +123,31 @@ class Pipeline:
         self, prompt: str, config: GenerationConfig
     ) -> AsyncGenerator[TokenDelta | GenerationResult, None]:
         """Text deltas as tokens are accepted, then the ``GenerationResult``. The request is
-        checked at once, then waits for a slot (``streams``). Closing the generator early
-        (``aclose``, or leaving an ``async with aclosing(...)``) stops the generation and frees
-        the stream's state on every stage at once."""
+        checked at once, then waits for a slot (``streams``); it continues the resident stream
+        that shares the longest prefix with it, if any. Closing the generator early
+        (``aclose``, or leaving an ``async with aclosing(...)``) stops the generation; its
+        state stays resident (or is freed on every stage, without ``resident``)."""
         prompt_ids = await asyncio.to_thread(self._check, prompt, config)  # may run a model
         async with self.streams.slot():
-            stream = StreamState(
-                next(self._ids),
-                prompt_ids,
-                config,
-                config.make_rng(),
-                auto_k=self._k_memory.new_chooser(self.new_auto_k),
-            )
-            stream.committed = list(prompt_ids)
             # the drafter as the stream starts: benchmarks swap it between generations
             drafter = self.draft if config.speculative else None
+            stream = await self._stream_for(prompt_ids, config, drafter)
             generation = self._generation(stream, drafter)
             self._active += 1
+            ended: bool | None = None  # at a token boundary: True if no step ran ahead
             try:
                 async with contextlib.aclosing(generation.deltas()) as deltas:
                     async for delta in deltas:
                         yield delta
+                ended = generation.finish in EXACT_ENDS
+            except GeneratorExit:  # the caller stopped reading, at a token boundary
+                ended = False
+                raise
             finally:
                 self._active -= 1
                 if (stream.ks or stream.plain_steps) and config.auto_k:
                     self._k_memory.remember(self.new_auto_k, stream.auto_k)
-                await self.route.release(stream.id)
-                if drafter is not None:
-                    await drafter.release(stream.id)
+                await self._retire(stream, drafter, ended)
         yield generation.result(prompt, self.metrics)
 
     def with_streams(self, streams: StreamLimit) -> Pipeline:
@@ -152,12 +159,68 @@ class Pipeline:
         twin = copy.copy(self)
         twin.streams = streams
         twin._active = 0
+        twin.resident = None  # measured cold, and never taking a conversation's stream
         return twin
 
     async def close(self) -> None:
         await self.route.close()
         if self.draft is not None:
             await self.draft.close()
+
+    # -- resident streams ---------------------------------------------------------------------
+
+    async def _stream_for(
+        self, prompt_ids: list[int], config: GenerationConfig, drafter: Drafter | None
+    ) -> StreamState:
+        """A new stream for the prompt, or the resident one that shares the longest prefix
+        with it, set to rewind to that prefix (and to drop what a run computed ahead)."""
+        taken = self.resident.take(prompt_ids) if self.resident is not None else None
+        stream = StreamState(
+            taken[0].stream_id if taken else next(self._ids),
+            prompt_ids,
+            config,
+            config.make_rng(),
+            auto_k=self._k_memory.new_chooser(self.new_auto_k),
+        )
+        stream.committed = list(prompt_ids)
+        if taken is not None:
+            parked, shared = taken
+            if parked.drafter is not None and parked.drafter is not drafter:
+                await parked.drafter.release(parked.stream_id)  # stale there from now on
+            parked.target.resumed()
+            stream.target = parked.target
+            stream.keep = len(parked.target.fed)
+            stream.compact_first = not parked.exact  # nothing ran ahead: nothing to drop
+            stream.cached = min(shared, len(prompt_ids) - 1)  # the last is fed again
+        return stream
+
+    async def _retire(
+        self, stream: StreamState, drafter: Drafter | None, ended: bool | None
+    ) -> None:
+        """Keep a stream that ended at a token boundary resident (``ended``: no decode step ran
+        ahead of what was read); free it, and whatever the budget evicts, on every stage."""
+        to_free = [stream.id] if ended is None or self.resident is None else []
+        if not to_free and self.resident is not None:
+            parked = ParkedStream(stream.id, stream.target, drafter, exact=bool(ended))
+            evicted = self.resident.park(parked)
+            for old in evicted:
+                if old.drafter is not None:
+                    await old.drafter.release(old.stream_id)
+            to_free = [old.stream_id for old in evicted]
+        elif drafter is not None:
+            await drafter.release(stream.id)
+        for stream_id in to_free:
+            await self.route.release(stream_id)
+
+    async def set_resident(self, resident: ResidentStreams | None) -> None:
+        """Keep finished streams in ``resident`` from now on (None: free each as it ends); the
+        streams idle in the old one are freed."""
+        old, self.resident = self.resident, resident
+        if old is not None and old is not resident:
+            for parked in old.drain():
+                if parked.drafter is not None:
+                    await parked.drafter.release(parked.stream_id)
+                await self.route.release(parked.stream_id)
 
     # -- admission and the per-stream loop ----------------------------------------------------
 

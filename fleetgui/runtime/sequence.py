@@ -46,6 +46,11 @@ class FedTokens:
     def compacted(self) -> None:
         self.entries = len(self.fed)
 
+    def resumed(self) -> None:
+        """The cache is taken up by a new sequence (a resident stream's next request): nothing
+        of it is known to agree with that sequence until :meth:`plan` compares them."""
+        self._agreed = 0
+
     def reset(self) -> None:
         self.fed.clear()
         self.entries = self._agreed = 0

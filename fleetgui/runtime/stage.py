@@ -89,6 +89,10 @@ class ForwardRequest:
     rewind: int = 0  # first mask out this many of the stream's newest live KV entries
     compact: bool = False  # then drop masked entries from the cache (before this forward)
     head: HeadOp | None = None  # last stage: what to return; None: nothing (prefill chunks)
+    # before the rewind: mask out the live entries beyond the first ``keep`` (None: none). A
+    # resumed stream's cache may hold steps a decode run computed ahead that nobody read; what
+    # the coordinator knows is how many it fed, so it says how many to keep, not to drop.
+    keep: int | None = None
 
     @property
     def n_positions(self) -> int:

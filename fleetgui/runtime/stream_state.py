@@ -28,6 +28,12 @@ class StreamState:
     ks: list[int] = field(default_factory=list)
     plain_steps: int = 0
     auto_k: AutoK = field(default_factory=AutoK)
+    # the first pass keeps the entries ``target`` holds and drops the rest: for a resident stream
+    # taken up again, the steps a run computed ahead; for a new one, whatever an earlier user of
+    # its id left (a pipeline dropped with streams resident, over the same stages)
+    keep: int | None = 0
+    compact_first: bool = True
+    cached: int = 0  # prompt tokens whose KV was kept from an earlier request
 
     @property
     def generated(self) -> list[int]:

@@ -40,12 +40,18 @@ class TargetPasses:
         """Bring the target's cache to the committed tokens plus ``drafts``; run ``head``."""
         rewind, pending = stream.target.plan(stream.committed)
         feed = pending + drafts
+        if not feed:  # a resumed stream's cache holds the whole prompt: its last token again
+            rewind, feed = rewind + 1, stream.committed[-1:]
+        keep, stream.keep = stream.keep, None
         result = ForwardResult(stream.id)
         for start in range(0, len(feed), self.prefill_chunk):
             chunk = feed[start : start + self.prefill_chunk]
             last = start + self.prefill_chunk >= len(feed)
             stream.target.applied(rewind, [])
-            compact = self.compaction.should_compact(stream.target, len(chunk), self.context_limit)
+            compact = stream.compact_first or self.compaction.should_compact(
+                stream.target, len(chunk), self.context_limit
+            )
+            stream.compact_first = False
             result = await self.route.run(
                 ForwardRequest(
                     stream.id,
@@ -53,8 +59,10 @@ class TargetPasses:
                     rewind=rewind,
                     compact=compact,
                     head=head if last else None,
+                    keep=keep,
                 )
             )
+            keep = None
             if compact:
                 stream.target.compacted()
             stream.target.applied(0, chunk)

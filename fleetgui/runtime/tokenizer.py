@@ -208,8 +208,25 @@ class IncrementalText:
                     break
         return pending[: len(pending) - hold], pending[len(pending) - hold :]
 
-    def flush(self) -> str:
-        """Text held back because it could have started a stop string; call at the end."""
-        tail, self._held = ("" if self.stopped else self._held), ""
-        self.text += tail
-        return tail
+    def flush(self, ids: list[int] | None = None) -> str:
+        """The rest of the text once ``ids`` (all generated) are all there is: what an
+        incomplete character held back, decoded as it is, and what could have started a stop
+        string. So the text is the tokens' whole decoded text (up to a stop string) however the
+        tokens came, one at a time or a speculative round's several at once."""
+        if self.stopped:
+            self._held = ""
+            return ""
+        pending, self._held = self._held, ""
+        if ids is not None and len(ids) > self._read:
+            prefix_text = self.tokenizer.decode(ids[self._prefix : self._read])
+            new_text = self.tokenizer.decode(ids[self._prefix :])
+            if new_text.startswith(prefix_text):
+                pending += new_text[len(prefix_text) :]
+            else:  # a merge rewrote the tail: the unread tokens' own text
+                pending += self.tokenizer.decode(ids[self._read :])
+            self._read = len(ids)
+        delta, held = self._cut_at_stop(pending)
+        if not self.stopped:
+            delta += held  # nothing follows that could complete a stop string
+        self.text += delta
+        return delta

@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -164,7 +164,15 @@ def server(
     root: Path,
     reference: dict[str, Any],
 ) -> Iterator[Served]:
-    args = [*_fleet_args(workers, identity_dir), "--mode", "pp+mb", "--api-key", KEY]
+    # every stream is freed as it ends: the tests count what the stages hold (reuse: its own test)
+    args = [
+        *_fleet_args(workers, identity_dir),
+        "--mode",
+        "pp+mb",
+        "--api-key",
+        KEY,
+        "--no-kv-reuse",
+    ]
     with serving(root / "serve-home", chat_export, *args) as served:
         yield served
 
@@ -455,9 +463,12 @@ def test_the_api_key_can_come_from_the_os_keyring(
 
 
 @contextmanager
-def in_process_server(export_dir: Path, **config: Any) -> Iterator[tuple[ApiServer, Callable]]:
+def in_process_server(
+    export_dir: Path, *, kv_reuse: bool = False, **config: Any
+) -> Iterator[tuple[ApiServer, Callable]]:
     """An ``ApiServer`` over an in-process pipeline, on an event loop in a thread; yields it
-    and a function running a coroutine on that loop."""
+    and a function running a coroutine on that loop. Without ``kv_reuse`` every stream is
+    freed as it ends (the tests watch the stages empty out)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -466,7 +477,7 @@ def in_process_server(export_dir: Path, **config: Any) -> Iterator[tuple[ApiServ
         return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
 
     async def start() -> ApiServer:
-        pipeline = load_local_pipeline(export_dir, config=EXACT)
+        pipeline = load_local_pipeline(export_dir, config=replace(EXACT, kv_reuse=kv_reuse))
         assert isinstance(pipeline.route, LocalRoute)
         served = ServedModel(pipeline, "tiny", stage_streams=local_stage_streams(pipeline.route))
         server = ApiServer(served, ServerConfig(port=0, **config))
@@ -625,3 +636,40 @@ def test_a_client_leaving_a_non_streamed_request_frees_its_stream(
         full = whole.chat.completions.create(model="tiny", **request)  # the slot is free again
         assert full.usage is not None and full.choices[0].finish_reason == "length"
         assert made_before_leaving < full.usage.completion_tokens  # stopped when it left
+
+
+@pytest.mark.slow
+def test_a_conversation_resent_turn_by_turn_reuses_its_kv_and_says_so(
+    chat_model: Path, root: Path
+) -> None:
+    """An OpenAI client resends the whole history each turn: with reuse (``serve``'s default)
+    each turn after the first reports the prompt tokens it did not compute again
+    (``usage.prompt_tokens_details.cached_tokens``), and every answer is the one a server
+    without reuse gives."""
+    export_dir = export(chat_model, root / "chat-2s-reuse", stages=2)
+    questions = [QUESTION, "Say it again, more briefly.", "And once more, in other words."]
+
+    def conversation(kv_reuse: bool) -> list[Any]:
+        with in_process_server(export_dir, kv_reuse=kv_reuse) as (server, _):
+            client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+            messages: list[dict[str, str]] = [{"role": "system", "content": "Be helpful."}]
+            answers = []
+            for question in questions:
+                messages.append({"role": "user", "content": question})
+                answer = client.chat.completions.create(
+                    model="tiny", messages=messages, temperature=0, max_tokens=N_TOKENS
+                )
+                messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+                answers.append(answer)
+            return answers
+
+    warm, cold = conversation(True), conversation(False)
+    assert [a.choices[0].message.content for a in warm] == [
+        a.choices[0].message.content for a in cold
+    ]
+    cached = [a.usage.prompt_tokens_details.cached_tokens for a in warm]
+    assert cached[0] == 0 and all(
+        0 < n < a.usage.prompt_tokens for n, a in zip(cached[1:], warm[1:], strict=True)
+    )
+    assert cached[2] > cached[1]  # the longer history, all of it kept
+    assert all(a.usage.prompt_tokens_details.cached_tokens == 0 for a in cold)

@@ -112,8 +112,12 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     last = session.get(conversation).messages[-1]
     assert last.role == ASSISTANT and last.finish_reason == "stopped" and last.text
     assert not session.is_busy(conversation) and not window.chat.stop_button.isEnabled()
-    stages = core.inference.pipeline.route.stages  # type: ignore[union-attr]
-    qtbot.waitUntil(lambda: all(not stage._streams for stage in stages))  # released
+    pipeline = core.inference.pipeline
+    stages = pipeline.route.stages  # type: ignore[union-attr]
+    resident = pipeline.resident  # type: ignore[union-attr]
+    kept = {parked.stream_id for parked in resident.idle()}
+    assert kept  # the conversation's KV stays for its next turn; nothing else stays
+    qtbot.waitUntil(lambda: all(set(stage._streams) <= kept for stage in stages))
 
 
 def test_history_is_restored_by_a_new_store(app: Any) -> None:

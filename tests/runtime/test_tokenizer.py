@@ -33,7 +33,7 @@ def _stream(
         deltas.append(text.update(ids[:end]))
         if text.stopped:
             break
-    deltas.append(text.flush())
+    deltas.append(text.flush(ids))
     return "".join(deltas), deltas
 
 
@@ -44,6 +44,21 @@ def test_deltas_add_up_to_the_full_decode(tokenizer: Tokenizer, source: str) -> 
     assert joined == tokenizer.decode(ids)
     assert len([d for d in deltas if d]) > 3  # it really streamed
     assert all("\ufffd" not in d for d in deltas)  # no half characters
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5])
+def test_the_text_is_the_same_however_the_tokens_come(tokenizer: Tokenizer, step: int) -> None:
+    """A speculative round delivers several tokens at once, a plain step one: the text must not
+    depend on it, also when the last tokens end in an incomplete UTF-8 character (byte tokens a
+    small model emits), which only the end may write out as it is."""
+    emoji = tokenizer.encode("emoji 🎉🚀 done 🎉")
+    ids = emoji[:-1]  # the last character cut in the middle of its bytes: "\ufffd" at the end
+    text = IncrementalText(tokenizer)
+    for end in range(step, len(ids) + step, step):
+        text.update(ids[:end])
+    text.flush(ids)
+    assert text.text == tokenizer.decode(ids)
+    assert text.text.endswith("\ufffd") or tokenizer.decode(emoji).endswith(text.text[-1:])
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,8 @@ async def _on_one_copy(
     identity: KeyPair,
     worker_decode: bool,
     run: Callable[[ReplicatedPipeline], object],
+    *,
+    kv_reuse: bool = True,
 ) -> tuple[object, int]:
     """``run(copy)``'s outcome on a copy of the model on ``worker``, and the DECODE segments
     its route sent."""
@@ -100,6 +102,7 @@ async def _on_one_copy(
         layout="replicas",
         identity=identity,
         coordinator=_config(worker_decode),
+        kv_reuse=kv_reuse,
     )
     copy = llm.runtime
     assert isinstance(copy, ReplicatedPipeline)
@@ -136,25 +139,31 @@ def test_the_worker_chained_run_gives_the_step_by_step_text(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kv_reuse", [False, True], ids=["freed", "resident"])
 def test_a_stop_string_ends_the_run_and_frees_the_stream_on_the_worker(
-    tiny_export: Callable[..., Path], worker: WorkerProcess, identity: KeyPair
+    tiny_export: Callable[..., Path], worker: WorkerProcess, identity: KeyPair, kv_reuse: bool
 ) -> None:
+    """Without reuse the stream is freed; with it the stream stays, and the next request,
+    which continues it past the steps the worker ran ahead of the stop, is exact too."""
+
     async def stopped_then_whole(copy: ReplicatedPipeline) -> tuple[GenerationResult, ...]:
         whole = await copy.complete(PROMPT, GREEDY)
         stop = whole.text[len(whole.text) // 3 :][:4]  # a string a third of the way in
         cut = await copy.complete(PROMPT, replace(GREEDY, stop=(stop,)))
         link = copy.replicas[0].session.deployment.ring.members[0]
         status = (await link.call(Message(Op.HEARTBEAT))).meta
-        assert status["streams"] == 0  # the run ended and its stream was released
+        # the run ended and its stream was released, or kept resident for the next request
+        assert status["streams"] == (1 if kv_reuse else 0)
         again = await copy.complete(PROMPT, GREEDY)
         return whole, cut, again
 
     (whole, cut, again), _ = asyncio.run(
-        _on_one_copy(tiny_export(2), worker, identity, True, stopped_then_whole)  # type: ignore[arg-type]
+        _on_one_copy(tiny_export(2), worker, identity, True, stopped_then_whole, kv_reuse=kv_reuse)  # type: ignore[arg-type]
     )
     assert cut.finish_reason == "stop" and len(cut.token_ids) < len(whole.token_ids)
     assert whole.token_ids[: len(cut.token_ids)] == cut.token_ids
     assert again.token_ids == whole.token_ids
+    assert (cut.cached_tokens > 0, again.cached_tokens > 0) == (kv_reuse, kv_reuse)
 
 
 @pytest.mark.slow

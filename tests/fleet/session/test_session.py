@@ -84,6 +84,7 @@ def test_the_coordinators_short_passes_run_on_its_event_loop_thread(
             assert isinstance(pipe.route, RingRoute)
             stage = pipe.route.ring.local[0]
             assert isinstance(stage, LocalStage)
+            await pipe.set_resident(None)  # the same prompt twice, each prefilled whole
             calls: Calls = []
             forward = stage.forward_blocking
 
