@@ -15,7 +15,9 @@ pinned to core 0, one OpenVINO thread) and one worker process (stage 1, core 1, 
 With ``--llama-server`` and ``--rpc-server`` (built from llama-cpp-python's sdist, see
 ../shared/OPENVINO-FACTS.md) the same requests go to ``llama-server --rpc`` on core 0 with
 ``ggml-rpc-server`` on core 1, one thread each, on an int8 (Q8_0) GGUF of the same model
-(``--gguf``); llama-server keeps each slot's prompt and reuses the longest common prefix.
+(``--gguf``), its layers split 15 and 15 as fleetgui's stages are (``-ngl 16``: without it
+llama-server puts every layer on the RPC server); llama-server keeps each slot's prompt and
+reuses the longest common prefix.
 
 Run: ``.venv/bin/python benchmarks/bench_conversation.py [--turns 16] [--llama-server BIN
 --rpc-server BIN --gguf Q8_0.gguf]``
@@ -112,7 +114,8 @@ def llama_server(args: argparse.Namespace, context: int) -> Iterator[str]:
     server = subprocess.Popen(
         [
             "taskset", "-c", "0", args.llama_server, "-m", str(args.gguf),
-            "--rpc", "127.0.0.1:50052", "-t", "1", "-np", "1", "-c", str(context), "--jinja",
+            "--rpc", "127.0.0.1:50052", "-ngl", "16", "-t", "1", "-np", "1", "-c", str(context),
+            "--jinja",
             "--port", "8097",
         ],
         stdout=subprocess.DEVNULL,

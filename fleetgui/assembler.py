@@ -90,6 +90,7 @@ class OpenOptions(TypedDict, total=False):
     local_failover: bool
     context: int | None
     kv_reuse: bool
+    kv_budget: int | None
     coordinator: CoordinatorConfig
     hooks: OpenHooks
 
@@ -123,8 +124,10 @@ def open(source: str | Path, **options: Unpack[OpenOptions]) -> LLMPipeline:
     with an error). ``context``: the most tokens a prompt and its answer may hold (default:
     the model's, up to 4,096). ``kv_reuse`` (True): a finished answer's KV stays on the stages,
     and a request that continues the conversation (or shares a long prefix with it) prefills
-    only what is new. ``coordinator``: the whole fleet configuration instead of threads,
-    precision and local_failover (``CoordinatorConfig``); ``context`` and ``kv_reuse`` still
+    only what is new. ``kv_budget``: the bytes of KV idle conversations may keep on each PC
+    holding stages (default: half of its free memory); the least recently used go first.
+    ``coordinator``: the whole fleet configuration instead of threads, precision and
+    local_failover (``CoordinatorConfig``); ``context``, ``kv_reuse`` and ``kv_budget`` still
     apply. ``hooks``: :class:`OpenHooks`.
 
     Example::
@@ -327,6 +330,8 @@ def _coordinator_config(options: OpenOptions) -> CoordinatorConfig:
         local = replace(local, context_limit=options.get("context"))
     if "kv_reuse" in options:
         local = replace(local, kv_reuse=options["kv_reuse"])
+    if options.get("kv_budget") is not None:
+        local = replace(local, kv_budget_bytes=options.get("kv_budget"))
     return replace(config, local=local)
 
 

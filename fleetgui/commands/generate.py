@@ -170,6 +170,7 @@ async def _generate(args: argparse.Namespace) -> int:
         local_failover=args.local_failover,
         context=args.context,
         kv_reuse=args.kv_reuse,
+        kv_budget=args.kv_budget,
     )
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)

@@ -142,6 +142,7 @@ async def _serve(args: argparse.Namespace) -> int:
         hooks=OpenHooks(plan=print_auto_layout if args.layout == "auto" else None),
         context=args.context,
         kv_reuse=args.kv_reuse,
+        kv_budget=args.kv_budget,
     )
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import openvino as ov
+import psutil
 
 from fleetgui.errors import FleetguiError
 from fleetgui.export.manifest import Manifest, read_manifest
 from fleetgui.runtime.draft_source import NGRAM, DraftSource
+from fleetgui.runtime.kv_budget import (
+    KvHolder,
+    budget_tokens,
+    kv_bytes_per_token_per_layer,
+    kv_element_bytes,
+)
 from fleetgui.runtime.metrics import MetricsBus
 from fleetgui.runtime.ngram_draft import NgramDraft
 from fleetgui.runtime.ov_stage import LocalStage, StageConfig
@@ -24,8 +32,7 @@ from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 4096
-#: Idle conversations kept on the stages by default: this many contexts' worth of KV entries
-#: (16k tokens at a 4k context; SmolLM2's f16 cache holds that in about 370 MB over its stages).
+#: Idle conversations kept when no PC's memory is known: this many contexts' worth of tokens.
 DEFAULT_IDLE_CONTEXTS = 4
 
 
@@ -38,7 +45,9 @@ class LocalPipelineConfig:
     context_limit: int | None = None  # None: the model's max_position_embeddings (capped)
     prefill_chunk: int = 256
     kv_reuse: bool = True  # finished streams stay resident for requests that continue them
-    # KV entries idle streams may hold together (None: DEFAULT_IDLE_CONTEXTS contexts' worth)
+    # the KV idle conversations may take on each PC that holds stages (None: a share of its free
+    # memory, runtime.kv_budget); kv_budget_tokens, if set, is the budget in tokens instead
+    kv_budget_bytes: int | None = None
     kv_budget_tokens: int | None = None
 
 
@@ -148,8 +157,16 @@ def load_local_pipeline(
         )
         for entry in manifest.stages
     ]
+    here = KvHolder("this PC", manifest.n_layers, int(psutil.virtual_memory().available))
     return pipeline_over(
-        LocalRoute(stages), export_dir, manifest, config, core, draft_dir=draft_dir, metrics=metrics
+        LocalRoute(stages),
+        export_dir,
+        manifest,
+        config,
+        core,
+        draft_dir=draft_dir,
+        metrics=metrics,
+        holders=[here],
     )
 
 
@@ -162,10 +179,12 @@ def pipeline_over(
     *,
     draft_dir: DraftSource | None = None,
     metrics: MetricsBus | None = None,
+    holders: Sequence[KvHolder] = (),
 ) -> Pipeline:
     """A ``Pipeline`` running ``route`` (the stages of ``export_dir``, here or on a fleet)
     with the export's tokenizer and context limit, and an optional draft (an export folder,
-    or ``"ngram"``) run on this PC."""
+    or ``"ngram"``) run on this PC. ``holders``: the PCs holding the stages, whose memory sets
+    how much KV idle conversations may keep."""
     tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     draft = load_draft(draft_dir, manifest, tokenizer, config, core) if draft_dir else None
     context_limit = context_limit_of(manifest, config.context_limit)
@@ -176,13 +195,26 @@ def pipeline_over(
         draft=draft,
         prefill_chunk=config.prefill_chunk,
         metrics=metrics,
-        resident=resident_streams(config, context_limit),
+        resident=resident_streams(config, manifest, context_limit, holders),
     )
 
 
-def resident_streams(config: LocalPipelineConfig, context_limit: int) -> ResidentStreams | None:
-    """Where a pipeline run with ``config`` keeps finished streams (None: reuse off)."""
+def resident_streams(
+    config: LocalPipelineConfig,
+    manifest: Manifest,
+    context_limit: int,
+    holders: Sequence[KvHolder] = (),
+) -> ResidentStreams | None:
+    """Where a pipeline run with ``config`` keeps finished streams (None: reuse off), with a
+    budget in tokens: ``kv_budget_tokens``, or what each holder's bytes buy for its layers."""
     if not config.kv_reuse:
         return None
     budget = config.kv_budget_tokens
-    return ResidentStreams(DEFAULT_IDLE_CONTEXTS * context_limit if budget is None else budget)
+    if budget is None:
+        element = kv_element_bytes(config.stage.precision, config.stage.kv_cache_precision)
+        per_layer = kv_bytes_per_token_per_layer(manifest.config, element)
+        budget = budget_tokens(holders, per_layer, budget_bytes=config.kv_budget_bytes)
+    if budget is None:
+        budget = DEFAULT_IDLE_CONTEXTS * context_limit
+    log.info("idle conversations may keep %d tokens of KV", budget)
+    return ResidentStreams(budget)

@@ -77,6 +77,14 @@ class ResidentStreams:
     def idle_entries(self) -> int:
         return sum(p.entries for p in self._idle.values())
 
+    def shared_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """The longest prefix ``prompt_ids`` share with an idle stream (0: none worth taking),
+        without taking it."""
+        best = max(
+            (common_prefix(p.target.fed, prompt_ids) for p in self._idle.values()), default=0
+        )
+        return best if best >= min(self.min_prefix, len(prompt_ids)) else 0
+
     def take(self, prompt_ids: Sequence[int]) -> tuple[ParkedStream, int] | None:
         """The idle stream sharing the longest prefix with ``prompt_ids`` (the most recently
         used of equals) and that prefix's length, no longer idle; None when no stream shares

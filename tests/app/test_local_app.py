@@ -120,6 +120,18 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     qtbot.waitUntil(lambda: all(set(stage._streams) <= kept for stage in stages))
 
 
+def test_a_chats_next_turn_keeps_its_kv_and_the_reply_says_how_much(qtbot: QtBot, app: Any) -> None:
+    core, window, _ = app
+    conversation = new_chat(window, max_new_tokens=12)
+    send_and_wait(
+        qtbot, window, "Please write a short Python function that adds two numbers and prints them."
+    )
+    send_and_wait(qtbot, window, "Now make it multiply them instead.")
+    first, second = [m for m in core.chats.get(conversation).messages if m.role == ASSISTANT]
+    assert first.cached_tokens == 0 and second.cached_tokens > 0
+    assert f"{second.cached_tokens:,} of the chat kept" in window.chat.transcript.toPlainText()
+
+
 def test_history_is_restored_by_a_new_store(app: Any) -> None:
     core, _, folder = app
     restored = Chats(core.inference, HistoryStore(folder / "chats"))

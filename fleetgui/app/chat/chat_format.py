@@ -300,7 +300,9 @@ _ENDINGS: dict[str, str] = {
 
 
 def message_footer(message: ChatMessage) -> str:
-    """``"42 tokens, 12.3 tokens/s, first token in 85 ms (stopped)"``."""
+    """``"42 tokens, 12.3 tokens/s, first token in 85 ms, 1,204 of the chat kept (stopped)"``:
+    the last part says how much of the conversation's KV the fleet kept from the turn before
+    (not computed again)."""
     parts = []
     if message.tokens:
         parts.append(f"{message.tokens} tokens")
@@ -308,6 +310,8 @@ def message_footer(message: ChatMessage) -> str:
         parts.append(f"{message.tokens_per_s:.1f} tokens/s")
     if message.ttft_ms:
         parts.append(f"first token in {message.ttft_ms:.0f} ms")
+    if message.cached_tokens:
+        parts.append(f"{message.cached_tokens:,} of the chat kept")
     text = ", ".join(parts)
     note = _ENDINGS.get(message.finish_reason)
     if note is not None:

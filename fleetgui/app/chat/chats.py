@@ -232,6 +232,7 @@ class Chats(QObject):
             tokens=len(result.token_ids),
             ttft_ms=result.ttft_ms,
             tokens_per_s=result.tokens_per_s,
+            cached_tokens=result.cached_tokens,
         )
         self._end(request, message, result.finish_reason)
 

@@ -70,6 +70,7 @@ class ChatMessage:
     tokens: int = 0  # assistant: tokens generated
     ttft_ms: float = 0.0  # assistant: time to the first token
     tokens_per_s: float = 0.0  # assistant: decode rate
+    cached_tokens: int = 0  # assistant: prompt tokens whose KV the fleet kept from before
     model: str = ""  # assistant: what served it ("" when unknown, as in older files)
     mode: str = ""  # assistant: the decoding mode ("PP+SD, K auto")
 
@@ -86,6 +87,7 @@ class ChatMessage:
             tokens=int(data.get("tokens", 0)),
             ttft_ms=float(data.get("ttft_ms", 0.0)),
             tokens_per_s=float(data.get("tokens_per_s", 0.0)),
+            cached_tokens=int(data.get("cached_tokens", 0)),
             model=str(data.get("model", "")),
             mode=str(data.get("mode", "")),
         )

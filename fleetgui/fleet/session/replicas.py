@@ -4,7 +4,9 @@ over disjoint groups of workers, each its own :class:`~fleetgui.fleet.session.se
 When every PC can hold the model, a whole copy per PC serves users without paying a hop per
 token; users are spread over the replicas. Each new stream goes to the replica with the fewest
 tokens still to generate (its streams' ``max_new_tokens`` less what they have produced), and
-stays there: its KV cache lives on that replica only.
+stays there: its KV cache lives on that replica only. A request that continues a conversation
+goes back to the replica that keeps its KV, unless that one runs :data:`FAR_BUSIER` more
+streams than the least busy.
 
 When a replica fails mid-reply (a worker lost and no spare in its group), the stream is run
 again from its prompt on another replica and the text already sent is not sent twice. An unseeded
@@ -14,6 +16,7 @@ identically anyway, since every replica computes with the same export and pass s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -37,6 +40,10 @@ from fleetgui.runtime.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
+#: A replica running this many more streams than the least busy one gets a returning
+#: conversation's request anyway, prefill and all: waiting behind them would cost more.
+FAR_BUSIER = 2
+
 
 class NoReplicaLeftError(FleetguiError):
     """Every replica has failed; the message says which and why."""
@@ -53,6 +60,11 @@ class Replica:
     streams: int = 0  # streams running on it now
     served: int = 0  # streams it has started, in all
     failed: str | None = None  # why it stopped serving, or None
+
+    def kept_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """How much of ``prompt_ids`` an idle conversation on this replica keeps."""
+        resident = self.pipeline.resident
+        return resident.shared_prefix(prompt_ids) if resident is not None else 0
 
 
 class ReplicatedPipeline:
@@ -80,12 +92,17 @@ class ReplicatedPipeline:
         """Streams running on each replica now (the dashboard's 'who serves what')."""
         return {r.name: r.streams for r in self.replicas}
 
-    def _pick(self, exclude: set[str]) -> Replica:
+    def _pick(self, exclude: set[str], prompt_ids: Sequence[int] = ()) -> Replica:
         usable = [r for r in self.replicas if r.failed is None and r.name not in exclude]
         if not usable:
             why = "; ".join(f"{r.name}: {r.failed or 'tried'}" for r in self.replicas)
             raise NoReplicaLeftError(f"no replica of the model is left to serve: {why}")
-        return min(usable, key=lambda r: (r.outstanding, r.streams))
+        least = min(usable, key=lambda r: (r.outstanding, r.streams))
+        kept = [(r.kept_prefix(prompt_ids), r) for r in usable if prompt_ids]
+        n, holder = max(kept, key=lambda k: k[0], default=(0, least))
+        if n and holder.streams < least.streams + FAR_BUSIER:
+            return holder  # its KV saves the prefill: worth a little waiting
+        return least
 
     async def complete(self, prompt: str, config: GenerationConfig) -> GenerationResult:
         """Generate a whole answer to ``prompt`` on one replica (another if it fails)."""
@@ -112,8 +129,9 @@ class ReplicatedPipeline:
             config = replace(config, seed=seed)
         sent = ""  # text the caller has had
         tried: set[str] = set()
+        prompt_ids = await asyncio.to_thread(self.tokenizer.encode, prompt)  # may run a model
         while True:
-            replica = self._pick(tried)
+            replica = self._pick(tried, prompt_ids)
             tried.add(replica.name)
             replica.outstanding += config.max_new_tokens
             replica.streams += 1

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import openvino as ov
+import psutil
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fleet.placement.assignment import Assignment
@@ -51,6 +52,7 @@ from fleetgui.fleet.session.status import StatusReporter
 from fleetgui.fleet.session.workers import SessionWorkers
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import DraftSource
+from fleetgui.runtime.kv_budget import KvHolder
 from fleetgui.runtime.loader import pipeline_over
 from fleetgui.runtime.metrics import MetricsBus, TransferTiming
 from fleetgui.runtime.pipeline import Pipeline
@@ -200,7 +202,27 @@ class FleetSession:
             self._core,
             draft_dir=draft_dir,
             metrics=self.metrics,
+            holders=self._kv_holders(),
         )
+
+    def _kv_holders(self) -> list[KvHolder]:
+        """This PC and each ring member, with the layers it holds and the free memory it
+        reported last: what the idle conversations' KV budget is made of."""
+        deployment = self.deployment
+        assignment, manifest = deployment.assignment, deployment.manifest
+        if assignment is None or manifest is None:
+            return []
+
+        def layers(indices: tuple[int, ...]) -> int:
+            return sum(manifest.shard(i).n_stage_layers for i in indices)
+
+        free_here = int(psutil.virtual_memory().available)
+        holders = [KvHolder("this PC", layers(assignment.local), free_here)]
+        for member in assignment.members:
+            link = self.workers.links.get(member.name)
+            free = link.last_status.get("free_ram_bytes") if link is not None else None
+            holders.append(KvHolder(member.name, layers(member.indices), free and int(free)))
+        return holders
 
     async def open_pipeline(self, *, draft_dir: DraftSource | None = None) -> Pipeline:
         """:meth:`pipeline`, with the tokenizer and draft loaded in a thread."""

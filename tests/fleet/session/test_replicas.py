@@ -86,6 +86,51 @@ def test_two_streams_on_two_copies_each_give_the_unsplit_models_text(
         assert result.token_ids == smollm2_references[prompt]
 
 
+def test_a_returning_conversation_goes_back_to_the_copy_that_keeps_its_kv(
+    tiny_export: Callable[..., Path], identity: KeyPair, workers: list[WorkerProcess]
+) -> None:
+    """Two conversations start at once, one on each copy; every next turn of each, asked alone,
+    goes back to the copy that keeps its KV, although the other copy is as idle and the
+    least-loaded rule alone would send every request to the first copy."""
+    opening = "You are a helpful assistant who writes Python code for people.\n"
+    config = GenerationConfig(max_new_tokens=8)
+
+    async def main() -> tuple[list[str], list[list[tuple[str, GenerationResult]]]]:
+        llm = await _replicas(tiny_export(2), workers, identity)
+        copies = _replicated(llm)
+
+        async def alone(prompt: str) -> tuple[str, GenerationResult]:
+            before = [r.served for r in copies.replicas]
+            result = await copies.complete(prompt, config)
+            after = [r.served for r in copies.replicas]
+            (name,) = [
+                r.name for r, a, b in zip(copies.replicas, after, before, strict=True) if a > b
+            ]
+            return name, result
+
+        prompts = [opening + "def add(a, b):", opening + "class Point:"]
+        firsts = await asyncio.gather(*(copies.complete(p, config) for p in prompts))
+        for i, result in enumerate(firsts):
+            prompts[i] += result.text + " and now add them"
+        try:
+            ids = [copies.tokenizer.encode(p) for p in prompts]
+            holders = [max(copies.replicas, key=lambda r, t=t: r.kept_prefix(t)).name for t in ids]
+            turns: list[list[tuple[str, GenerationResult]]] = [[], []]
+            for line in (" and now multiply them", " then divide"):
+                for i in range(2):
+                    turns[i].append(await alone(prompts[i]))
+                    prompts[i] += turns[i][-1][1].text + line
+            return holders, turns
+        finally:
+            await llm.aclose()
+
+    holders, turns = asyncio.run(main())
+    assert sorted(holders) == ["a", "b"]  # the first turns went one to each copy
+    for holder, conversation in zip(holders, turns, strict=True):
+        assert [copy for copy, _ in conversation] == [holder, holder]  # back to its copy
+        assert all(result.cached_tokens > 0 for _, result in conversation)
+
+
 def test_a_copy_killed_mid_reply_is_replayed_on_the_other_with_the_same_text(
     smollm2_fp32_exports: dict[int, Path],
     smollm2_references: dict[str, list[int]],
