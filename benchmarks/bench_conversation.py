@@ -81,7 +81,7 @@ def fleetgui_server(export: Path, worker: Any, identity_dir: Path, *flags: str) 
     command = [
         "taskset", "-c", "0", sys.executable, "-m", "fleetgui", "serve", str(export),
         "--workers", worker.address, "--identity", str(identity_dir), "--threads", "1",
-        "--port", "0", "--max-streams", "1", *flags,
+        "--port", "0", "--max-streams", "1", "--model-name", "m", *flags,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
