@@ -78,6 +78,15 @@ def filler(seed: int, n_words: int) -> str:
 @contextlib.contextmanager
 def fleetgui_server(export: Path, worker: Any, identity_dir: Path, *flags: str) -> Iterator[str]:
     """``fleetgui serve`` on core 0 with stage 1 on ``worker``; its base URL."""
+    with serve_process(export, worker, identity_dir, *flags) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(
+    export: Path, worker: Any, identity_dir: Path, *flags: str
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``fleetgui serve`` on core 0 with stage 1 on ``worker``: its base URL and process."""
     command = [
         "taskset", "-c", "0", sys.executable, "-m", "fleetgui", "serve", str(export),
         "--workers", worker.address, "--identity", str(identity_dir), "--threads", "1",
@@ -92,7 +101,7 @@ def fleetgui_server(export: Path, worker: Any, identity_dir: Path, *flags: str) 
             line = process.stdout.readline()
             found = re.match(r"fleetgui serve: \S+ at (http://\S+)", line)
             if found:
-                yield found.group(1)
+                yield found.group(1), process
                 break
             if not line and process.poll() is not None:
                 raise RuntimeError(f"fleetgui serve exited with {process.returncode}")

@@ -312,7 +312,7 @@ def _coordinator_config(options: OpenOptions) -> CoordinatorConfig:
     """``coordinator`` as given, else the fleet's defaults with the stages' threads, precision
     and whether this PC may take lost workers' stages."""
     from fleetgui.fleet.session.config import CoordinatorConfig
-    from fleetgui.runtime.loader import LocalPipelineConfig
+    from fleetgui.runtime.loader import LocalPipelineConfig, with_context
     from fleetgui.runtime.ov_stage import StageConfig
 
     config = options.get("coordinator")
@@ -325,13 +325,12 @@ def _coordinator_config(options: OpenOptions) -> CoordinatorConfig:
             worker_precision=precision,
             local_failover=options.get("local_failover", True),
         )
-    local = config.local
-    if options.get("context") is not None:
-        local = replace(local, context_limit=options.get("context"))
-    if "kv_reuse" in options:
-        local = replace(local, kv_reuse=options["kv_reuse"])
-    if options.get("kv_budget") is not None:
-        local = replace(local, kv_budget_bytes=options.get("kv_budget"))
+    local = with_context(
+        config.local,
+        context=options.get("context"),
+        kv_reuse=options.get("kv_reuse"),
+        kv_budget=options.get("kv_budget"),
+    )
     return replace(config, local=local)
 
 

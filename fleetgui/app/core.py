@@ -61,6 +61,16 @@ class AppCore:
             self.deployment.export_weights = weights
             self.settings.update(export_weights=weights)
 
+    def set_context(
+        self, context: int, kv_reuse: bool, kv_budget_mb: int, *, save: bool = True
+    ) -> None:
+        """Plan and deploy with this context (0: the model's) and KV settings (budget 0:
+        automatic) from the next Preview or Deploy on; kept unless ``save`` is False (a
+        command line's one-off choice)."""
+        self.deployment.set_context(context, kv_reuse, kv_budget_mb)
+        if save:
+            self.settings.update(context=context, kv_reuse=kv_reuse, kv_budget_mb=kv_budget_mb)
+
     def export(self, weights: str, stages: int) -> bool:
         """Export the chosen HuggingFace model with these settings, which are kept."""
         deployment = self.deployment
@@ -104,6 +114,7 @@ def build_core(
     deployment.export_weights = values.export_weights
     deployment.export_stages = values.export_stages
     deployment.objective = values.objective
+    deployment.set_context(values.context, values.kv_reuse, values.kv_budget_mb)
     api = ApiService(inference, parent=parent)
     library = LibraryService(settings, library_roots, parent)
     bench = FleetBench(inference, deployment, api, parent=parent)

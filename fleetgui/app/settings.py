@@ -45,6 +45,9 @@ class AppSettings:
     export_stages: int = 2  # stages of exports made from the app
     objective: str = "latency"  # planner objective: latency or throughput
     model_folders: tuple[str, ...] = ()  # folders the user added to the model library
+    context: int = 0  # tokens a prompt and its answer may hold; 0: the model's, at most 4,096
+    kv_reuse: bool = True  # conversations' KV stays on the fleet between turns
+    kv_budget_mb: int = 0  # MB of idle conversations' KV per PC; 0: half of its free memory
 
     def mode_settings(self) -> ModeSettings:
         """The mode these settings describe; invalid saved values fall back to defaults."""

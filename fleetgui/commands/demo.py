@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from fleetgui.commands.model_options import positive_int
+from fleetgui.commands.model_options import add_context_arguments, positive_int
 from fleetgui.demo.models import DRAFTS
 from fleetgui.generation_config import GenerationConfig, parse_draft_tokens
 from fleetgui.modes import Mode
@@ -65,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--k", type=k_value, default="auto", metavar="K|auto", help="draft tokens per step (auto)"
     )
     parser.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N")
+    add_context_arguments(parser)
     parser.add_argument(
         "--screenshot",
         type=Path,
@@ -116,6 +117,9 @@ def gui_arguments(
         screenshot=args.screenshot,
         prompt=[args.prompt] if args.prompt else None,
         start_mode=app_mode(args, draft),
+        context=args.context,
+        kv_reuse=args.kv_reuse,
+        kv_budget=args.kv_budget,
     )
 
 
@@ -132,7 +136,14 @@ async def _headless(args: argparse.Namespace) -> int:
 
     bar = CliProgress()
     try:
-        demo = await start_demo(args.size, progress=bar, draft=args.draft)
+        demo = await start_demo(
+            args.size,
+            progress=bar,
+            draft=args.draft,
+            context=args.context,
+            kv_reuse=args.kv_reuse,
+            kv_budget=args.kv_budget,
+        )
     finally:
         bar.close()
     config = _config(args)

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetgui.commands.model_options import add_context_arguments
 from fleetgui.runtime.draft_source import parse_draft
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="with --screenshot: the chat message(s) to send (default: a coding question)",
     )
+    add_context_arguments(parser)
     # no flag: the demo sets it (its --mode and --k); None opens in the saved mode
     parser.set_defaults(start_mode=None)
 
@@ -75,6 +77,22 @@ def apply_start_mode(core: AppCore, args: argparse.Namespace) -> ModeSettings:
     if mode != core.inference.mode:
         core.inference.set_mode(mode)  # the mode panel and status bar follow its signal
     return mode
+
+
+def apply_start_context(core: AppCore, args: argparse.Namespace) -> None:
+    """``--context``, ``--no-kv-reuse`` and ``--kv-budget`` for this run (not saved, as the
+    start mode is not); what is not given stays as saved. The app counts the budget in whole
+    MB (rounded up)."""
+    context, kv_reuse, budget = args.context, args.kv_reuse, args.kv_budget
+    if context is None and kv_reuse and budget is None:
+        return
+    deployment = core.deployment
+    core.set_context(
+        context if context is not None else deployment.context or 0,
+        kv_reuse,
+        -(-budget >> 20) if budget is not None else (deployment.kv_budget or 0) >> 20,
+        save=False,
+    )
 
 
 def _identity(args: argparse.Namespace) -> KeyPair:
@@ -129,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             for problem in await _add_workers(core, addresses):
                 window.messages.show_error(problem)
             mode = apply_start_mode(core, args)
+            apply_start_context(core, args)
             if args.export_dir is not None and core.deployment.choose_model(args.export_dir):
                 core.deployment.deploy(mode)
             return await interactive(core, window)
@@ -148,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         async def shoot(core: AppCore, window: MainWindow) -> list[Path]:
             for problem in await _add_workers(core, addresses):
                 log.warning("%s", problem)
+            apply_start_context(core, args)
             return await take_screenshots(core, window, request)
 
         qt_application(offscreen=True)

@@ -19,7 +19,7 @@ from fleetgui.demo.models import WORKERS, DemoModels, prepare_models
 from fleetgui.fleet.local_fleet.fleet import LocalFleet
 from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.llm_pipeline import LLMPipeline
-from fleetgui.runtime.loader import LocalPipelineConfig
+from fleetgui.runtime.loader import LocalPipelineConfig, with_context
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.training.progress import ProgressCallback
 
@@ -47,16 +47,25 @@ async def start_demo(
     progress: ProgressCallback | None = None,
     weights: str | None = None,
     draft: str | None = None,
+    context: int | None = None,
+    kv_reuse: bool = True,
+    kv_budget: int | None = None,
 ) -> DemoRun:
     """Everything ``fleetgui demo`` needs, started (see module doc); ``weights`` is the
-    target's weight format (benchmarks compare them), ``draft`` as in :func:`prepare_models`."""
+    target's weight format (benchmarks compare them), ``draft`` as in :func:`prepare_models`;
+    ``context``, ``kv_reuse`` and ``kv_budget`` as :func:`fleetgui.open`'s."""
     models = await asyncio.to_thread(prepare_models, size, progress, weights, draft)
     fleet = LocalFleet(paths.data_dir() / "demo-fleet")
     await asyncio.to_thread(fleet.start, list(WORKERS))
     stage = StageConfig(threads=1)
     config = CoordinatorConfig(
         local_stages=0,  # both stages on the workers; the coordinator drafts
-        local=LocalPipelineConfig(stage=stage, draft_stage=stage),
+        local=with_context(
+            LocalPipelineConfig(stage=stage, draft_stage=stage),
+            context=context,
+            kv_reuse=kv_reuse,
+            kv_budget=kv_budget,
+        ),
         worker_threads=1,
     )
     try:

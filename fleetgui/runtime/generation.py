@@ -101,8 +101,9 @@ def check_request(
     ids = tokenizer.encode(prompt)
     if len(ids) >= context_limit:
         raise GenerationError(
-            f"the prompt has {len(ids)} tokens but the model's context holds "
-            f"{context_limit}: shorten it to fewer than {context_limit} tokens"
+            f"the prompt has {len(ids)} tokens but the context holds {context_limit}: "
+            f"shorten it to fewer than {context_limit} tokens, or raise the context (--context "
+            "N, or the app's Context setting) up to the model's own limit"
         )
     return ids
 

@@ -51,6 +51,24 @@ class LocalPipelineConfig:
     kv_budget_tokens: int | None = None
 
 
+def with_context(
+    config: LocalPipelineConfig,
+    *,
+    context: int | None = None,
+    kv_reuse: bool | None = None,
+    kv_budget: int | None = None,
+) -> LocalPipelineConfig:
+    """``config`` with what ``--context``, ``--no-kv-reuse`` and ``--kv-budget`` (bytes) set;
+    None leaves a setting as it is."""
+    if context is not None:
+        config = replace(config, context_limit=context)
+    if kv_reuse is not None:
+        config = replace(config, kv_reuse=kv_reuse)
+    if kv_budget is not None:
+        config = replace(config, kv_budget_bytes=kv_budget)
+    return config
+
+
 def _single_thread(config: StageConfig) -> bool:
     if config.threads:
         return config.threads == 1
@@ -188,6 +206,7 @@ def pipeline_over(
     tokenizer = Tokenizer(tokenizer_dir_of(export_dir), core)
     draft = load_draft(draft_dir, manifest, tokenizer, config, core) if draft_dir else None
     context_limit = context_limit_of(manifest, config.context_limit)
+    log.info("context: %d tokens a stream", context_limit)
     return Pipeline(
         route,
         tokenizer,

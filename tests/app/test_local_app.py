@@ -434,3 +434,68 @@ def test_a_gguf_file_typed_in_the_model_field_is_opened_off_the_gui_thread_and_d
         assert send_and_wait(qtbot, window, "Once upon a time")
     finally:
         fleetgui.export.sources.resolve_model = original
+
+
+def test_the_context_panel_sets_what_is_planned_and_deployed_and_is_kept(
+    qtbot: QtBot, qloop: Any, tiny_exports_2s_draft: dict[str, Path], tmp_path: Path
+) -> None:
+    """Context, conversation keeping and the KV budget, edited in the deployment tab: the plan
+    preview says what the context costs, the deployed pipeline has that context and budget,
+    and a new window shows the values kept."""
+    core, window = make_window(tmp_path)
+    qtbot.addWidget(window)
+    panel = window.deploy_view.context_panel
+    panel.context.setValue(96)
+    panel.kv_budget.setValue(1)
+    panel.context.editingFinished.emit()
+    deploy(qtbot, core, window, tiny_exports_2s_draft["2s"])
+    assert "Context: 96 tokens a stream" in window.deploy_view.layout_info.text()
+    assert "per 1,000 tokens" in window.deploy_view.layout_info.text()
+    pipeline: Any = core.inference.pipeline
+    assert pipeline.context_limit == 96
+    one_mb = pipeline.resident.budget_entries
+    panel.kv_reuse.setChecked(False)  # emits at once
+    deploy(qtbot, core, window, tiny_exports_2s_draft["2s"])
+    assert core.inference.pipeline.resident is None  # type: ignore[union-attr]
+    assert not panel.kv_budget.isEnabled()
+    panel.kv_reuse.setChecked(True)
+    panel.kv_budget.setValue(0)
+    panel.kv_budget.editingFinished.emit()
+    deploy(qtbot, core, window, tiny_exports_2s_draft["2s"])
+    assert core.inference.pipeline.resident.budget_entries > one_mb  # type: ignore[union-attr]
+    unload = asyncio.ensure_future(core.inference.unload())
+    qtbot.waitUntil(unload.done, timeout=TIMEOUT_MS)
+
+    panel.context.setValue(128)
+    panel.kv_budget.setValue(64)
+    panel.kv_budget.editingFinished.emit()
+    again, window_again = make_window(tmp_path)
+    qtbot.addWidget(window_again)
+    shown = window_again.deploy_view.context_panel
+    assert (shown.context.value(), shown.kv_reuse.isChecked(), shown.kv_budget.value()) == (
+        128,
+        True,
+        64,
+    )
+    assert (again.deployment.context, again.deployment.kv_budget) == (128, 64 << 20)
+
+
+def test_context_flags_apply_to_this_run_only(qloop: Any, tmp_path: Path) -> None:
+    """``fleetgui gui --context 96 --kv-budget 300KB``: the deployment uses them (the budget
+    in whole MB, rounded up) and the saved settings stay as they were."""
+    import argparse
+
+    from fleetgui.commands import gui
+
+    parser = argparse.ArgumentParser()
+    gui.add_arguments(parser)
+    core, window = make_window(tmp_path)
+    gui.apply_start_context(core, parser.parse_args(["--context", "96", "--kv-budget", "300KB"]))
+    assert (core.deployment.context, core.deployment.kv_reuse) == (96, True)
+    assert core.deployment.kv_budget == 1 << 20
+    assert window.deploy_view.context_panel.context.value() == 96
+    gui.apply_start_context(core, parser.parse_args(["--no-kv-reuse"]))
+    assert (core.deployment.context, core.deployment.kv_reuse) == (96, False)
+    saved = core.settings.values
+    assert (saved.context, saved.kv_reuse, saved.kv_budget_mb) == (0, True, 0)
+    window.close()

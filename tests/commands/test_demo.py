@@ -23,6 +23,8 @@ QtBot = Any  # pytest-qt's fixture
         (["--k", "17", "--headless"], 2, "--k"),
         (["--max-new-tokens", "0"], 2, "--max-new-tokens"),
         (["--mode", "fast"], 2, "--mode"),
+        (["--context", "0"], 2, "--context"),
+        (["--kv-budget", "lots"], 2, "--kv-budget"),
         (["--headless", "--screenshot", "shots"], 1, "--headless"),
         (["--headless", "--json"], 1, "--prompt"),
         (["--prompt", "hi", "--json", "--screenshot", "shots"], 1, "--screenshot"),
@@ -96,3 +98,19 @@ def test_gui_draft_keeps_the_saved_mode(qtbot: QtBot, tmp_path: Path) -> None:
     mode = gui.apply_start_mode(core, args)
     assert mode.mode is core.settings.values.mode_settings().mode
     assert mode.draft_dir == NGRAM
+
+
+def test_the_demos_context_flags_reach_the_app(qtbot: QtBot, tmp_path: Path) -> None:
+    pytest.importorskip("PySide6")
+    from fleetgui.app.core import build_core
+    from fleetgui.commands import gui
+    from fleetgui.runtime.draft_source import NGRAM
+
+    args = cli.build_parser().parse_args(
+        ["demo", "--size", "tiny", "--context", "2048", "--no-kv-reuse"]
+    )
+    gui_args = demo.gui_arguments(args, tmp_path / "target", NGRAM, "", tmp_path / "id")
+    core = build_core(settings_path=tmp_path / "settings.json", history_dir=tmp_path / "chats")
+    gui.apply_start_context(core, gui_args)
+    assert (core.deployment.context, core.deployment.kv_reuse) == (2048, False)
+    assert core.settings.values.context == 0  # the demo's choice is not saved as the user's

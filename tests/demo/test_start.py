@@ -51,9 +51,11 @@ def test_the_demo_answers_a_question_with_the_real_chat_model(
     cache = home / "shards_cache"
     shutil.copytree(smollm2_gguf.parent, cache / smollm2_gguf.parent.name)
     shutil.copytree(smollm2_demo_export, cache / smollm2_demo_export.name)
-    run = _real_demo(home, "--prompt", "What is the capital of France?", "--json")
+    question = ("--prompt", "What is the capital of France?", "--json")
+    run = _real_demo(home, *question, "--context", "8192")  # SmolLM2's own limit
     assert run.returncode == 0, run.stderr[-3000:]
     assert "is up to date" in run.stderr, run.stderr[-3000:]  # reused, not exported again
+    assert "context: 8192 tokens a stream" in run.stderr
     record = json.loads(run.stdout.strip().splitlines()[-1])
     assert record["model"] == "SmolLM2-135M-Instruct"
     assert "Paris" in record["text"]

@@ -51,6 +51,7 @@ from fleetgui.app.mode import ModeSettings
 from fleetgui.export.exporter import ExportProgress, ExportRequest
 from fleetgui.fleet.placement.preview import (
     PreviewRequest,
+    context_text,
     groups_to_deploy,
     layout_text,
     plan_holds,
@@ -84,6 +85,7 @@ class DeploymentController(QObject):
     # the chosen export's weight format and verified quality ("int8 · top-1 99.2 %"), after
     # every model_changed; "" for a HuggingFace model
     weights_described = Signal(str)
+    context_changed = Signal(int, bool, int)  # context, kv_reuse, kv_budget_mb (0: automatic)
 
     def __init__(
         self,
@@ -106,9 +108,21 @@ class DeploymentController(QObject):
         self.export_weights = "int4"
         self.export_stages = 2
         self.objective = "latency"
+        # what --context, --no-kv-reuse and --kv-budget set: planned for and deployed with
+        self.context: int | None = None  # None: the model's, at most 4,096 tokens
+        self.kv_reuse = True
+        self.kv_budget: int | None = None  # bytes per PC; None: half of its free memory
         self.export_root = shards_cache_dir()
         self.jobs = JobRunner(self.state_changed.emit, self.failed.emit, self.cancelled.emit)
         self.model_changed.connect(self._describe_weights)  # whichever path chose the model
+
+    def set_context(self, context: int, kv_reuse: bool, kv_budget_mb: int) -> None:
+        """Plan and deploy with this context (0: the model's) and KV settings (budget 0:
+        automatic; MB as ``--kv-budget`` counts them) from the next Preview or Deploy on."""
+        self.context = context if context > 0 else None
+        self.kv_reuse = kv_reuse
+        self.kv_budget = kv_budget_mb << 20 if kv_budget_mb > 0 else None
+        self.context_changed.emit(context, kv_reuse, kv_budget_mb)
 
     @property
     def gguf_cache(self) -> Path:
@@ -266,13 +280,16 @@ class DeploymentController(QObject):
             streams=mode.concurrency if mode is not None else 1,
             weights=self.export_weights,
             previous=previous or self.plan,
+            context=self.context,
         )
         loop = asyncio.get_running_loop()
         self.plan = await loop.run_in_executor(None, preview_plan, request)
         self.layout = await loop.run_in_executor(None, preview_layout, request)
+        context = await loop.run_in_executor(None, context_text, request, self.plan)
         self._plan_request, self.layer_times = request, measured
         self.layer_times_ready.emit(str(measured))
-        self.layout_ready.emit(layout_text(self.plan, self.layout))
+        layout = layout_text(self.plan, self.layout)
+        self.layout_ready.emit("\n".join(text for text in (context, layout) if text))
         self.plan_ready.emit(self.plan)
 
     async def _deploy_job(self, mode: ModeSettings) -> None:
@@ -299,6 +316,9 @@ class DeploymentController(QObject):
             devices=planned_from.devices if planned_from is not None else (),
             plan_config=planned_from.config if planned_from is not None else None,
             groups=groups_to_deploy(self.plan, self.layout),
+            context=self.context,
+            kv_reuse=self.kv_reuse,
+            kv_budget=self.kv_budget,
         )
         description = await serve_deployment(
             self.deployer, self.inference, request, self.deploy_progress.emit
@@ -308,6 +328,10 @@ class DeploymentController(QObject):
 
     def _plan_holds(self, plan: Plan, mode: ModeSettings) -> bool:
         devices = [d.name for d in self.devices.device_profiles()]
+        planned = self._plan_request
+        if planned is not None and planned.context != self.context:
+            log.info("the context changed since the plan; planning again")
+            return False
         return plan_holds(
             plan, self.layout, devices, objective=self.objective, streams=mode.concurrency
         )

@@ -158,7 +158,7 @@ class FleetDeployer(Deployer):
                 workers=endpoints,
                 draft=request.draft_dir,
                 identity=controller.identity,
-                coordinator=self.config,
+                coordinator=replace(self.config, local=request.local_config(self.config.local)),
                 hooks=hooks,
             )
         except BaseException:

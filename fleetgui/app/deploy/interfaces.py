@@ -24,6 +24,7 @@ from fleetgui.runtime.draft_source import DraftSource
 
 if TYPE_CHECKING:
     from fleetgui.llm_pipeline import LLMPipeline
+    from fleetgui.runtime.loader import LocalPipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,17 @@ class DeployRequest:
     plan_config: PlanConfig | None = None
     # workers per independent replica instead of ``plan`` (one worker: a whole copy)
     groups: tuple[tuple[str, ...], ...] = ()
+    context: int | None = None  # tokens a prompt and its answer may hold (None: the model's)
+    kv_reuse: bool = True  # finished answers' KV stays on the stages for the next turn
+    kv_budget: int | None = None  # bytes of idle conversations' KV per PC (None: automatic)
+
+    def local_config(self, config: LocalPipelineConfig) -> LocalPipelineConfig:
+        """``config`` with this request's context and KV settings."""
+        from fleetgui.runtime.loader import with_context
+
+        return with_context(
+            config, context=self.context, kv_reuse=self.kv_reuse, kv_budget=self.kv_budget
+        )
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class LocalDeployer(Deployer):
             aopen(
                 request.export_dir,
                 draft=request.draft_dir,
-                coordinator=CoordinatorConfig(local=self.config),
+                coordinator=CoordinatorConfig(local=request.local_config(self.config)),
             )
         )
         try:

@@ -54,10 +54,12 @@ class DeployPresenter(QObject):
             (deployment.layer_times_ready, view.on_layer_times),
             (deployment.deploy_progress, view.on_deploy_progress),
             (deployment.deployed, view.on_deployed),
+            (deployment.context_changed, view.context_panel.show_values),
         ):
             signal.connect(slot)
         deployment.model_changed.connect(lambda folder, _: core.settings.update(model_dir=folder))
         view.weights.currentTextChanged.connect(core.set_export_weights)
+        view.context_panel.changed.connect(core.set_context)
         self._connect_library(messages)
         deployment.failed.connect(messages.show_error)
         deployment.cancelled.connect(messages.show_info)
@@ -80,6 +82,10 @@ class DeployPresenter(QObject):
         """The saved export settings and model; the library is scanned once the window is up."""
         core = self.core
         self.view.weights.setCurrentText(core.deployment.export_weights)
+        deployment = core.deployment
+        self.view.context_panel.show_values(
+            deployment.context or 0, deployment.kv_reuse, (deployment.kv_budget or 0) >> 20
+        )
         QTimer.singleShot(0, self, self._refresh_library)  # once the window is up; off-thread
         saved = core.settings.values.model_dir
         if saved and Path(saved).is_dir():

@@ -1,5 +1,5 @@
 """Model and deployment: choose a model or export, export it with progress, preview the plan,
-deploy with a progress bar per PC, cancel. Also holds the mode panel."""
+deploy with a progress bar per PC, cancel. Also holds the mode panel and the context panel."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from fleetgui.app.deploy.interfaces import DeployStep
 from fleetgui.app.deploy.jobs import JobState
 from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.settings import WEIGHTS
+from fleetgui.app.views.context_panel import ContextPanel
 from fleetgui.app.views.library_view import LibraryView
 from fleetgui.app.views.mode_panel import ModePanel
 from fleetgui.planner import Plan
@@ -164,6 +165,8 @@ class DeploymentView(QWidget):
         self.mode_panel = ModePanel()
         right = QVBoxLayout()
         right.addWidget(self.mode_panel)
+        self.context_panel = ContextPanel()
+        right.addWidget(self.context_panel)
         right.addWidget(self.workers_box)
         right.addWidget(self.progress)
         right.addLayout(actions)

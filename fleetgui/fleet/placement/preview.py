@@ -29,6 +29,7 @@ from fleetgui.fleet.placement.assignment import Assignment, assignment_from_plan
 from fleetgui.planner import (
     DeviceProfile,
     Layout,
+    ModelProfile,
     NoPlanFitsError,
     Plan,
     PlanConfig,
@@ -57,6 +58,7 @@ class PreviewRequest:
     streams: int = 1  # sequences decoded at once
     weights: str = "int4"  # weight format a HuggingFace model will be exported with
     previous: Plan | None = None  # a plan whose ring order to keep (e.g. the one exported)
+    context: int | None = None  # tokens of KV per stream (None: the model's, at most 4,096)
 
 
 def export_stages(export_dir: Path) -> list[Shard]:
@@ -82,11 +84,43 @@ def preview_plan(request: PreviewRequest) -> Plan:
     """The plan for ``request`` (reads the model's files; run it in an executor)."""
     folder = request.model_dir
     devices = in_plan_order(request.devices, request.previous)
+    profile = _profile(request, request.streams)
     if (folder / "manifest.json").is_file():
-        profile = load_model_profile(folder, streams=request.streams)
         return plan_fixed_stages(devices, profile, export_stages(folder), request.config)
-    profile = load_model_profile(folder, weight_format=request.weights, streams=request.streams)
     return solve(devices, profile, request.config)
+
+
+def _profile(request: PreviewRequest, streams: int) -> ModelProfile:
+    """The model at the weights it has (an export) or will get (a HuggingFace model), for
+    ``request``'s context and ``streams``."""
+    folder = request.model_dir
+    is_export = (folder / "manifest.json").is_file()
+    return load_model_profile(
+        folder,
+        weight_format=None if is_export else request.weights,
+        context_length=request.context,
+        streams=streams,
+    )
+
+
+def context_text(request: PreviewRequest, plan: Plan) -> str:
+    """What the preview says the context costs: the KV cache of ``plan``'s streams at its
+    context, and per 1,000 tokens (what a longer context, or a conversation kept between turns,
+    adds)."""
+    profile = _profile(request, plan.streams)
+    per_token = profile.kv_bytes_per_token_per_layer * profile.n_layers
+    whole = per_token * plan.context_length * plan.streams
+    return (
+        f"Context: {plan.context_length:,} tokens a stream. Its KV cache takes "
+        f"{whole / 1e9:.2f} GB across the PCs for {plan.streams} stream(s), "
+        f"{_megabytes(per_token * 1000)} per 1,000 tokens; conversations kept between turns "
+        "take the same per token, up to each PC's budget."
+    )
+
+
+def _megabytes(size: float) -> str:
+    mb = size / 1e6
+    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
 
 
 def preview_layout(request: PreviewRequest) -> Layout | None:
@@ -95,9 +129,7 @@ def preview_layout(request: PreviewRequest) -> Layout | None:
     if len(request.devices) < 2:
         return None
     folder = request.model_dir
-    is_export = (folder / "manifest.json").is_file()
-    # an export is planned at its own weight format, an HF model at the one it will get
-    profile = load_model_profile(folder, weight_format=None if is_export else request.weights)
+    profile = _profile(request, 1)
     try:
         return plan_layout(
             request.devices,

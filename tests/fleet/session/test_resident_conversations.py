@@ -1,8 +1,8 @@
 """Conversations that stay on the fleet: an 8-turn conversation whose turns continue their
 resident stream on real workers answers token for token as the same conversation run cold on
-this PC (f32, greedy), in PP and PP+SD (n-gram drafts, a draft model), and when a worker is
-killed between two turns or in the middle of one: the conversation is replayed into the new
-ring where its KV was lost."""
+this PC (f32, greedy), in PP, PP+MB (two conversations at once, one editing an earlier
+message) and PP+SD (n-gram drafts, a draft model), and when a worker is killed between two turns
+or in the middle of one: the conversation is replayed into the new ring where its KV was lost."""
 
 from __future__ import annotations
 
@@ -158,3 +158,71 @@ def test_a_worker_killed_between_or_during_turns_leaves_the_answers_exact(
     assert lost == [b.name]
     assert [r.token_ids for r in results] == _cold(export, config, None)
     _assert_kept(results)  # the stream lived on: replayed, not prefilled anew
+
+
+STORY = (
+    "Once upon a time, in a small village by the sea, the old lighthouse keeper climbed the "
+    "stairs to the lamp every evening."
+)
+EDITED = STORY.replace("every evening", "every night")
+
+
+async def _two_at_once(
+    complete: Callable[..., object], config: GenerationConfig
+) -> list[list[GenerationResult]]:
+    """Two conversations turn by turn, both generating at once; at turn 5 the second resends
+    its history with its first message edited (a shorter common prefix)."""
+    prompts = [OPENING, STORY]
+    results: list[list[GenerationResult]] = [[], []]
+    for turn, line in enumerate(LINES[:6]):
+        if turn == 5:
+            prompts[1] = prompts[1].replace(STORY, EDITED)
+        answers = await asyncio.gather(*(complete(p, config) for p in prompts))  # type: ignore[misc]
+        for i, result in enumerate(answers):
+            results[i].append(result)
+            prompts[i] += result.text + line
+    return results
+
+
+def test_two_conversations_at_once_and_an_edited_message_on_the_fleet(
+    tiny_export: Callable[..., Path],
+    start_workers: Callable[..., list[LocalWorker]],
+    identity: KeyPair,
+) -> None:
+    """PP+MB on real workers: two conversations interleaved across the stages keep their own
+    streams, and an edited earlier message rewinds to the shorter prefix; every answer is the
+    cold run's."""
+    export = tiny_export(3)
+    config = GenerationConfig(max_new_tokens=N_NEW)
+    workers = start_workers("a-mb", "b-mb")
+
+    async def cold() -> list[list[GenerationResult]]:
+        local = pipeline(export, kv_reuse=False)
+        local.streams.set(2)
+        try:
+            return await _two_at_once(local.complete, config)
+        finally:
+            await local.close()
+
+    async def warm() -> list[list[GenerationResult]]:
+        llm = await aopen(
+            export,
+            workers=[w.endpoint for w in workers],
+            identity=identity,
+            max_streams=2,
+            coordinator=replace(fast_coordinator(), worker_precision="f32"),
+        )
+        try:
+            return await _two_at_once(llm.agenerate_result, config)
+        finally:
+            await llm.aclose(unload=True)
+
+    on_fleet, expected = asyncio.run(warm()), asyncio.run(cold())
+    for got, want in zip(on_fleet, expected, strict=True):
+        assert [r.token_ids for r in got] == [r.token_ids for r in want]
+    first, second = on_fleet
+    _assert_kept(first)
+    _assert_kept(second[:5])
+    edited = second[5]
+    assert 16 <= edited.cached_tokens < second[4].prompt_tokens  # rewound, not recomputed
+    assert first[0].stream_id != second[0].stream_id
