@@ -81,6 +81,9 @@ class Op(enum.IntEnum):
     # "heads": [head], "stop_ids": [int]}; one RESULT per step, the last one flagged FINAL
     DECODE = 33
     STOP_DECODE = 34  # end a stream's DECODE after its step under way; answered once it ended
+    # start the message's stream as a copy of another's first KV entries: meta {"source": stream
+    # id, "keep": entries}; answered with FORK once every stage of the worker holds the copy
+    FORK = 35
 
 
 class Flags(enum.IntFlag):

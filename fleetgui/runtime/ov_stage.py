@@ -327,6 +327,29 @@ class LocalStage(BlockingStage):
         async with self._lock:
             self._streams.pop(stream_id, None)
 
+    async def fork(self, source: int, stream_id: int, keep: int) -> None:
+        await run_holding([self], self.fork_blocking, source, stream_id, keep)
+
+    def fork_blocking(self, source: int, stream_id: int, keep: int) -> None:
+        """:meth:`fork`, synchronously (a copy of up to a few hundred MB), for a caller that
+        holds :attr:`lock` or runs the stage's lane."""
+        origin = self._streams.get(source)
+        live = origin.mask.live if origin is not None else 0
+        if origin is None or source == stream_id or not 0 < keep <= live:
+            raise StageError(
+                f"stage {self.index}: cannot start stream {stream_id} from {keep} positions of "
+                f"stream {source}, which holds {live} here"
+            )
+        entries = origin.mask.live_indices()[:keep]
+        slot = _StreamSlot([compiled.create_infer_request() for compiled in self._parts])
+        for copy, original in zip(slot.requests, origin.requests, strict=True):
+            states = {state.name: state for state in original.query_state()}
+            for state in copy.query_state():
+                data = states[state.name].state.data
+                state.state = ov.Tensor(np.ascontiguousarray(data[:, :, entries, :]))
+        slot.mask.advance(keep)
+        self._streams[stream_id] = slot
+
     async def close(self) -> None:
         self._streams.clear()
 

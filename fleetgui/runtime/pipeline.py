@@ -30,8 +30,9 @@ from fleetgui.runtime.generation_loop import StreamGeneration, stream_steps
 from fleetgui.runtime.metrics import AggregateThroughput, MetricsBus, TokensEmitted
 from fleetgui.runtime.resident import ParkedStream, ResidentStreams
 from fleetgui.runtime.route import Route
-from fleetgui.runtime.sequence import CompactionPolicy
+from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
 from fleetgui.runtime.speculative import Drafter
+from fleetgui.runtime.stage import StageError
 from fleetgui.runtime.stream_limit import StreamLimit
 from fleetgui.runtime.stream_state import StreamState
 from fleetgui.runtime.target_passes import TargetPasses
@@ -105,6 +106,7 @@ class Pipeline:
         self._active = 0  # streams generating now
         self.streams = StreamLimit(max_streams)
         self.resident = resident
+        self.forks = 0  # new streams started from a copy of an idle stream's prefix
 
     def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
         """Emit the step's tokens and the aggregate rate over the last few seconds."""
@@ -172,8 +174,9 @@ class Pipeline:
     async def _stream_for(
         self, prompt_ids: list[int], config: GenerationConfig, drafter: Drafter | None
     ) -> StreamState:
-        """A new stream for the prompt, or the resident one that shares the longest prefix
-        with it, set to rewind to that prefix (and to drop what a run computed ahead)."""
+        """The resident stream the prompt continues, set to rewind to their shared prefix
+        (and to drop what a run computed ahead); else a new stream, started from a copy of the
+        longest prefix an idle stream shares with the prompt, if one does."""
         taken = self.resident.take(prompt_ids) if self.resident is not None else None
         stream = StreamState(
             taken[0].stream_id if taken else next(self._ids),
@@ -192,7 +195,32 @@ class Pipeline:
             stream.keep = len(parked.target.fed)
             stream.compact_first = not parked.exact  # nothing ran ahead: nothing to drop
             stream.cached = min(shared, len(prompt_ids) - 1)  # the last is fed again
+        elif self.resident is not None:
+            await self._fork_for(stream)
         return stream
+
+    async def _fork_for(self, stream: StreamState) -> None:
+        """Start ``stream`` from a copy of the longest prefix an idle stream shares with its
+        prompt (that stream stays idle, its cache whole); as a new stream if none does or the
+        copy fails."""
+        assert self.resident is not None
+        lent = self.resident.lend(stream.prompt_ids)
+        if lent is None:
+            return
+        parked, shared = lent
+        try:
+            await self.route.fork(parked.stream_id, stream.id, shared)
+        except StageError as exc:
+            log.info("stream %d: prefilling whole, the copy failed: %s", stream.id, exc)
+            return
+        finally:
+            for old in self.resident.park(parked):  # idle again; the budget counts the copy
+                await self._free(old)
+        stream.target = FedTokens(fed=list(stream.prompt_ids[:shared]), entries=shared)
+        stream.keep = shared
+        stream.compact_first = False
+        stream.cached = min(shared, len(stream.prompt_ids) - 1)  # the last is fed again
+        self.forks += 1
 
     async def _retire(
         self, stream: StreamState, drafter: Drafter | None, ended: bool | None
@@ -201,16 +229,25 @@ class Pipeline:
         ahead of what was read); free it, and whatever the budget evicts, on every stage."""
         to_free = [stream.id] if ended is None or self.resident is None else []
         if not to_free and self.resident is not None:
-            parked = ParkedStream(stream.id, stream.target, drafter, exact=bool(ended))
-            evicted = self.resident.park(parked)
-            for old in evicted:
-                if old.drafter is not None:
-                    await old.drafter.release(old.stream_id)
-            to_free = [old.stream_id for old in evicted]
+            parked = ParkedStream(
+                stream.id,
+                stream.target,
+                drafter,
+                exact=bool(ended),
+                prompt_tokens=len(stream.prompt_ids),
+            )
+            for old in self.resident.park(parked):
+                await self._free(old)
         elif drafter is not None:
             await drafter.release(stream.id)
         for stream_id in to_free:
             await self.route.release(stream_id)
+
+    async def _free(self, parked: ParkedStream) -> None:
+        """Free an idle stream the budget evicted, on every stage and in its drafter."""
+        if parked.drafter is not None:
+            await parked.drafter.release(parked.stream_id)
+        await self.route.release(parked.stream_id)
 
     async def set_resident(self, resident: ResidentStreams | None) -> None:
         """Keep finished streams in ``resident`` from now on (None: free each as it ends); the
@@ -218,9 +255,7 @@ class Pipeline:
         old, self.resident = self.resident, resident
         if old is not None and old is not resident:
             for parked in old.drain():
-                if parked.drafter is not None:
-                    await parked.drafter.release(parked.stream_id)
-                await self.route.release(parked.stream_id)
+                await self._free(parked)
 
     # -- admission and the per-stream loop ----------------------------------------------------
 

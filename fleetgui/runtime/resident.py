@@ -2,11 +2,16 @@
 kept for the next request that continues it.
 
 A stream whose generation ended at a token boundary is parked here with what its caches hold (a
-:class:`~fleetgui.runtime.sequence.FedTokens`). A new request takes the idle stream whose tokens
-share the longest prefix with its prompt (at least ``min_prefix`` tokens): its caches are
-rewound to that prefix and only the rest of the prompt is prefilled. Matching is on token ids,
-so any client that resends its history (the app's chat, an OpenAI client, an agent) continues
-where it left off. A stream in use is never here, so no two requests share one.
+:class:`~fleetgui.runtime.sequence.FedTokens`) and how long its last prompt was. A request that
+continues a conversation (its prompt holds the stream's whole last prompt; the answer after it
+may come back tokenized otherwise) takes its idle stream (:meth:`ResidentStreams.take`): its
+caches are rewound to the shared prefix and only the rest of the prompt is prefilled. A request
+that only starts as an idle stream does (one system prompt, tool list or document for many
+conversations, or a conversation with an earlier message edited) starts a new stream from a copy
+of that prefix instead (:meth:`ResidentStreams.lend`), so the stream that holds it keeps its
+cache. Matching is on token ids, so any client that resends its history (the app's chat, an
+OpenAI client, an agent) continues where it left off. A stream in use is never here, so no two
+requests share one.
 
 Idle streams beyond the budget (KV entries of all idle streams together) are evicted least
 recently used first; the caller frees them on every stage. An evicted conversation is simply
@@ -25,8 +30,8 @@ from fleetgui.runtime.sequence import FedTokens
 if TYPE_CHECKING:
     from fleetgui.runtime.speculative import Drafter
 
-#: The shortest shared prefix worth taking an idle stream for: a few tokens (a template's
-#: opening) save nothing, and taking a stream costs its conversation the rest of its cache.
+#: The shortest shared prefix worth taking or copying an idle stream for: a few tokens (a
+#: template's opening) save next to nothing.
 MIN_PREFIX = 16
 
 
@@ -40,6 +45,7 @@ class ParkedStream:
     # the caches hold exactly ``target``'s entries; else a decode run computed steps ahead that
     # nobody read (it was stopped early), and the next request drops them (compacts)
     exact: bool = True
+    prompt_tokens: int = 0  # its last request's prompt: a request holding all of it continues it
     last_used: int = field(default=0, compare=False)
 
     @property
@@ -86,20 +92,41 @@ class ResidentStreams:
         return best if best >= min(self.min_prefix, len(prompt_ids)) else 0
 
     def take(self, prompt_ids: Sequence[int]) -> tuple[ParkedStream, int] | None:
-        """The idle stream sharing the longest prefix with ``prompt_ids`` (the most recently
-        used of equals) and that prefix's length, no longer idle; None when no stream shares
-        ``min_prefix`` tokens (or the whole prompt, if shorter)."""
+        """The idle stream ``prompt_ids`` continue and the prefix they share, no longer idle:
+        of the streams whose whole last prompt they hold, the one with the longest shared
+        prefix (the most recently used of equals), of at least ``min_prefix`` tokens (or the
+        whole prompt, if shorter). None when no stream qualifies."""
+        found = self._best(prompt_ids, continuing=True)
+        if found is not None:
+            del self._idle[found[0].stream_id]
+        return found
+
+    def lend(self, prompt_ids: Sequence[int]) -> tuple[ParkedStream, int] | None:
+        """The idle stream sharing the longest prefix of at least ``min_prefix`` tokens with
+        ``prompt_ids``, and that prefix's length, out of the pool while a new stream copies the
+        prefix (so that no budget evicts it meanwhile); :meth:`park` it again after."""
+        found = self._best(prompt_ids, continuing=False)
+        if found is not None:
+            del self._idle[found[0].stream_id]
+        return found
+
+    def _best(
+        self, prompt_ids: Sequence[int], *, continuing: bool
+    ) -> tuple[ParkedStream, int] | None:
         best: ParkedStream | None = None
         best_n = 0
         for parked in self._idle.values():
             n = common_prefix(parked.target.fed, prompt_ids)
+            if continuing and n < min(parked.prompt_tokens, len(parked.target.fed)):
+                continue  # it diverges inside that conversation: copied, not taken
             if n > best_n or (
                 n == best_n and best is not None and parked.last_used > best.last_used
             ):
                 best, best_n = parked, n
-        if best is None or best_n < min(self.min_prefix, len(prompt_ids)):
+        # a short prompt may continue a stream whole; a copy is only worth a long prefix
+        shortest = min(self.min_prefix, len(prompt_ids)) if continuing else self.min_prefix
+        if best is None or best_n < shortest:
             return None
-        del self._idle[best.stream_id]
         return best, best_n
 
     def park(self, parked: ParkedStream) -> list[ParkedStream]:

@@ -23,6 +23,7 @@ from fleetgui.runtime.stage import (
     ForwardResult,
     HeadOp,
     Stage,
+    StageError,
     fits_inline,
 )
 
@@ -95,6 +96,11 @@ class Route(ABC):
 
     @abstractmethod
     async def release(self, stream_id: int) -> None: ...
+
+    @abstractmethod
+    async def fork(self, source: int, stream_id: int, keep: int) -> None:
+        """Start ``stream_id`` on every stage with a copy of stream ``source``'s first ``keep``
+        live KV entries (:meth:`Stage.fork`); on an error nothing of ``stream_id`` is left."""
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -253,6 +259,15 @@ class LocalRoute(Route):
 
     async def release(self, stream_id: int) -> None:
         await asyncio.gather(*(stage.release(stream_id) for stage in self.stages))
+
+    async def fork(self, source: int, stream_id: int, keep: int) -> None:
+        if source == stream_id:  # checked before anything of either is dropped
+            raise StageError(f"stream {stream_id} cannot be started from itself")
+        try:
+            await asyncio.gather(*(stage.fork(source, stream_id, keep) for stage in self.stages))
+        except BaseException:
+            await self.release(stream_id)
+            raise
 
     async def close(self) -> None:
         """Stop decode runs after their step under way, refuse new requests, close the

@@ -138,6 +138,12 @@ class Stage(ABC):
         """Free everything the stream holds on this stage."""
 
     @abstractmethod
+    async def fork(self, source: int, stream_id: int, keep: int) -> None:
+        """Start ``stream_id`` (whatever it held is dropped) with a copy of the first ``keep``
+        live KV entries of stream ``source``, which stays as it is; raises
+        :class:`StageError` when ``source`` does not hold ``keep`` live entries here."""
+
+    @abstractmethod
     async def close(self) -> None:
         """Release every stream and the stage's model."""
 

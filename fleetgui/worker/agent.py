@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import psutil
 
@@ -40,6 +40,7 @@ from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import ErrorCode, Op, ProtocolError, RefusedError
 from fleetgui.net.secure_socket import Incoming, SecureServer
 from fleetgui.net.trust import Authorizer
+from fleetgui.runtime.stage import StageError
 from fleetgui.worker.data_path import DataPath
 from fleetgui.worker.replies import reply, reply_error
 from fleetgui.worker.ring_membership import RingMembership
@@ -100,6 +101,7 @@ class WorkerAgent:
             Op.PROFILE: self._profile,
             Op.DECODE: self.data_path.decode,
             Op.STOP_DECODE: self.data_path.stop_decode,
+            Op.FORK: self._fork,
         }
 
     @property
@@ -225,6 +227,30 @@ class WorkerAgent:
         log.info("ring epoch %d: next %s", self.ring.epoch, next_name)
         await reply(self.server, incoming, Op.RING_OK, {"epoch": self.ring.epoch})
 
+    async def _fork(self, incoming: Incoming) -> None:
+        """FORK: the coordinator's meta is checked here (types and ranges) and by the stages
+        (the source must hold the entries); a bad one is answered with an error."""
+        message = incoming.message
+        source, keep = message.meta.get("source"), message.meta.get("keep")
+        if not (_whole(source) and _whole(keep) and keep > 0):
+            text = "FORK needs meta source (a stream id) and keep (>= 1)"
+            await reply_error(self.server, incoming, ErrorCode.BAD_FIELD, text)
+            return
+        await self.data_path.decodes.stop(message.stream_id)
+        async with self.host.compute:
+            hosted = self.host.hosted
+            if hosted is None:
+                await reply_error(self.server, incoming, ErrorCode.NOT_LOADED, "no stage loaded")
+                return
+            try:
+                await hosted.route.fork(source, message.stream_id, keep)
+            except (StageError, RuntimeError) as exc:  # OpenVINO's errors are RuntimeErrors
+                await reply_error(
+                    self.server, incoming, ErrorCode.STAGE_FAILED, f"{self.config.name}: {exc}"
+                )
+                return
+        await reply(self.server, incoming, Op.FORK)
+
     async def _stream_op(self, incoming: Incoming) -> None:
         stream_id = incoming.message.stream_id
         # its next step would write the cache being reset
@@ -237,3 +263,8 @@ class WorkerAgent:
                 else:
                     await hosted.route.release(stream_id)
         await reply(self.server, incoming, incoming.message.op)
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    """A non-negative int from a peer's meta (bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

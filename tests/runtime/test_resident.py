@@ -28,24 +28,32 @@ TURNS = (
     " finally print the results",
 )
 N_NEW = 12
+EDITS = {2: ("add", "sum"), 3: ("checking for zero", "checking b")}
 
 
-def parked(stream_id: int, tokens: list[int], used: int = 0) -> ParkedStream:
+def parked(stream_id: int, tokens: list[int], prompt: int = 0, used: int = 0) -> ParkedStream:
+    """A stream holding ``tokens``, the first ``prompt`` of them its last prompt."""
     target = FedTokens()
     target.applied(0, tokens)
-    return ParkedStream(stream_id, target, last_used=used)
+    return ParkedStream(stream_id, target, prompt_tokens=prompt, last_used=used)
 
 
-def test_take_finds_the_longest_shared_prefix_and_leaves_the_rest_idle() -> None:
+def test_take_continues_a_stream_and_lend_shares_a_prefix() -> None:
     resident = ResidentStreams(min_prefix=2)
-    for stream in (parked(1, [1, 2, 3, 4]), parked(2, [1, 2, 9, 9, 9]), parked(3, [7, 7])):
+    for stream in (parked(1, [1, 2, 3, 4], 2), parked(2, [1, 2, 9, 9, 9], 3), parked(3, [7, 7])):
         resident.park(stream)
+    # stream 1's prompt [1, 2] and the start of its answer: the conversation goes on there
     taken = resident.take([1, 2, 3, 5, 6])
     assert taken is not None and (taken[0].stream_id, taken[1]) == (1, 3)
     assert [p.stream_id for p in resident.idle()] == [2, 3]
-    assert resident.take([1, 2, 3]) is not None  # stream 2 now: 2 tokens shared
-    assert resident.take([5, 5, 5]) is None  # nothing shares 2 tokens: a new stream
+    # [1, 2] of stream 2's prompt [1, 2, 9]: another conversation (or an edit), so not taken
+    assert resident.take([1, 2, 3]) is None
+    lent = resident.lend([1, 2, 3])  # copied instead: out of the pool meanwhile
+    assert lent is not None and (lent[0].stream_id, lent[1]) == (2, 2)
     assert [p.stream_id for p in resident.idle()] == [3]
+    resident.park(lent[0])
+    assert [p.stream_id for p in resident.idle()] == [3, 2]
+    assert resident.take([5, 5, 5]) is None and resident.lend([5, 5, 5]) is None
 
 
 def test_a_short_prompt_may_match_whole_and_a_tie_goes_to_the_most_recent() -> None:
@@ -75,13 +83,15 @@ def test_common_prefix() -> None:
 async def _conversation(
     pipe: Pipeline, config: GenerationConfig, *, edit_at: int | None = None
 ) -> list[GenerationResult]:
-    """Four turns, each prompt the previous prompt and answer plus a new line (or, at
-    ``edit_at``, the first turn's prompt changed, as a client editing an early message)."""
+    """Four turns, each prompt the previous prompt and answer plus a new line; at ``edit_at``
+    an earlier message is edited first, as a client editing history does (at turn 2 the first
+    message, early in the history; at turn 3 the last one)."""
     results: list[GenerationResult] = []
     prompt = ""
     for turn, line in enumerate(TURNS):
         if turn == edit_at:
-            prompt = prompt.replace("add", "sum", 1)
+            old, new = EDITS[turn]
+            prompt = prompt.replace(old, new, 1)
         prompt += line
         result = await pipe.complete(prompt, config)
         results.append(result)
@@ -128,16 +138,22 @@ def test_a_conversation_on_resident_streams_answers_as_cold_runs_do(
 
 
 @pytest.mark.slow
-def test_an_edited_early_message_rewinds_to_the_shorter_prefix(
-    tiny_export: Callable[..., Path],
+@pytest.mark.parametrize("edit_at", [2, 3])
+def test_an_edited_message_starts_from_the_shorter_prefix(
+    tiny_export: Callable[..., Path], edit_at: int
 ) -> None:
+    """An edited message, early (turn 2) or late (turn 3) in the history, starts a new stream
+    from a copy of the prefix before the edit, whose later turns continue it."""
     export = tiny_export(2)
     config = GenerationConfig(max_new_tokens=N_NEW)
-    cold = _run(export, config, reuse=False, edit_at=2)
-    warm = _run(export, config, reuse=True, edit_at=2)
+    cold = _run(export, config, reuse=False, edit_at=edit_at)
+    warm = _run(export, config, reuse=True, edit_at=edit_at)
     assert [r.token_ids for r in warm] == [r.token_ids for r in cold]
-    assert 0 < warm[2].cached_tokens < warm[1].prompt_tokens  # up to the edit only
-    assert warm[3].cached_tokens >= warm[2].prompt_tokens
+    edited = warm[edit_at]
+    assert 16 <= edited.cached_tokens < warm[edit_at - 1].prompt_tokens  # up to the edit only
+    assert edited.stream_id != warm[0].stream_id
+    for before, after in itertools.pairwise(warm[edit_at:]):
+        assert after.cached_tokens >= before.prompt_tokens
 
 
 @pytest.mark.slow

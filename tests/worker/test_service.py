@@ -421,6 +421,61 @@ def test_forwards_outside_the_stage_contract_are_answered_and_other_streams_go_o
     assert worker.process is not None and worker.process.poll() is None
 
 
+def test_forks_outside_the_contract_are_refused_and_a_copy_computes_as_its_source(
+    worker: WorkerProcess, identity: KeyPair, exports: dict[str, Path]
+) -> None:
+    """FORK (start a stream from a copy of another's first KV entries) with meta a peer should
+    not send (no source, keep 0 or not a number, more entries than the source holds, a source
+    that is not there, itself) is answered with an error at once; a good one gives a stream
+    whose next token is the source's, and the worker goes on serving."""
+    tokenizer = Tokenizer(tokenizer_dir_of(exports["2"]))
+    ids = tokenizer.encode(PROMPT)
+
+    async def main() -> None:
+        session = FleetSession(identity, CoordinatorConfig(local=EXACT))
+        await session.connect([worker.endpoint])
+        await session.deploy(exports["2"])
+        try:
+            ring = session.deployment.ring
+            assert ring is not None
+            link = ring.members[0]
+            assert "FORK" in link.hello["ops"]
+            hidden = (await ring.local[0].forward(ForwardRequest(910, np.array([ids])))).payload
+            assert hidden is not None
+
+            async def forward(stream: int, payload: np.ndarray) -> list[int]:
+                meta = {"epoch": ring.epoch, "rewind": 0, "compact": False,
+                        "head": {"kind": "greedy"}}  # fmt: skip
+                message = Message(Op.FORWARD, stream, meta=meta, tensors=(payload,))
+                return result_from_message(await link.call(message, timeout_s=ANSWER_S)).tokens
+
+            async def fork(stream: int, **meta: object) -> Message:
+                return await link.call(Message(Op.FORK, meta=meta), ANSWER_S, stream_id=stream)
+
+            whole = await forward(911, hidden)  # stream 911 holds the prompt on the worker
+            for meta, code in (
+                ({"keep": 1}, "bad_field"),
+                ({"source": 911, "keep": 0}, "bad_field"),
+                ({"source": 911, "keep": True}, "bad_field"),
+                ({"source": "911", "keep": 2}, "bad_field"),
+                ({"source": 911, "keep": len(ids) + 1}, "stage_failed"),
+                ({"source": 999, "keep": 1}, "stage_failed"),
+            ):
+                with pytest.raises(RemoteError) as refused:
+                    await fork(912, **meta)
+                assert refused.value.code == code, meta
+            with pytest.raises(RemoteError, match="from itself"):
+                await fork(911, source=911, keep=1)
+            assert (await fork(912, source=911, keep=len(ids) - 1)).op is Op.FORK
+            assert await forward(912, hidden[:, -1:]) == whole  # the copy's next token
+            assert await forward(911, hidden[:, -1:]) != []  # the source is still there
+        finally:
+            await session.close()
+
+    asyncio.run(main())
+    assert worker.process is not None and worker.process.poll() is None
+
+
 def test_unpaired_coordinator_is_refused(live_workers: list[WorkerProcess]) -> None:
     async def main() -> None:
         stranger = SecureClient(KeyPair.generate(), live_workers[0].info["public_key"], name="w1")

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fleetgui.fleet.ring.link import Dispatcher, WorkerLink
+from fleetgui.fleet.ring.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.ring.wiring import Wiring
 from fleetgui.net.forward_codec import encode_forward, result_from_message
 from fleetgui.net.protocol import raise_if_error
@@ -33,6 +33,10 @@ async def run_pass(
     on_hop: OnHop | None,
 ) -> ForwardResult:
     """``request`` run once through ``ring``; raises what a lost or silent worker raises."""
+    for member in ring.members:
+        # a pass through a worker already known lost would only wait out the forward timeout
+        if member.lost:
+            raise WorkerLostError(member.name, member.lost)
     compute: dict[int, float] = {}
     current = request
     result = ForwardResult(request.stream_id)

@@ -43,7 +43,7 @@ from fleetgui.fleet.ring.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.ring.route_gate import RouteGate
 from fleetgui.fleet.ring.wiring import Wiring
 from fleetgui.net.forward_codec import MAX_DECODE_STEPS, DecodeSteps
-from fleetgui.net.protocol import Message, Op
+from fleetgui.net.protocol import Message, Op, RemoteError
 from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
 from fleetgui.runtime.stage import (
@@ -54,6 +54,7 @@ from fleetgui.runtime.stage import (
     HeadOp,
     SampleHead,
     Stage,
+    StageError,
 )
 
 log = logging.getLogger(__name__)
@@ -301,6 +302,41 @@ class RingRoute(Route):
             await stage.release(stream_id)
         self._records.pop(stream_id, None)
         await self._each_member(Op.RELEASE, stream_id)
+
+    async def fork(self, source: int, stream_id: int, keep: int) -> None:
+        """:meth:`Route.fork` on this PC's stages and each worker (FORK). The new stream's
+        record starts as the source's passes, so a failover replays it as it replays any
+        stream (its first request keeps ``keep`` entries of them); a worker lost meanwhile
+        leaves the record to replay. Raises :class:`StageError` when the source's cache is not
+        current in this ring or a worker cannot fork (then the caller prefills instead)."""
+        if source == stream_id:  # checked before anything of either is dropped
+            raise StageError(f"stream {stream_id} cannot be started from itself")
+        async with self._gate.admitted():
+            ring = self.ring
+            origin = self._records.get(source)
+            if origin is None or origin.epoch != ring.epoch:
+                raise StageError(f"stream {source} is not current in ring epoch {ring.epoch}")
+            older = [link.name for link in ring.members if "FORK" not in link.hello.get("ops", ())]
+            if older:
+                raise StageError(f"worker(s) {', '.join(older)} cannot copy a stream (update them)")
+            passes = [replace(done, stream_id=stream_id) for done in origin.passes]
+            record = _StreamRecord(passes, epoch=ring.epoch)
+            self._records[stream_id] = record
+            try:
+                for stage in ring.local:
+                    await stage.fork(source, stream_id, keep)
+                message = Message(Op.FORK, meta={"source": source, "keep": keep})
+                for link in ring.members:
+                    await link.call(message, stream_id=stream_id)
+            except (WorkerLostError, RequestTimeoutError) as exc:
+                log.info("stream %d: copy of %d cut (%s); it replays", stream_id, source, exc)
+                record.epoch = -1
+            except RemoteError as exc:  # the worker refused: the caller prefills instead
+                await self.release(stream_id)
+                raise StageError(str(exc)) from exc
+            except BaseException:
+                await self.release(stream_id)
+                raise
 
     async def close(self) -> None:
         for stage in self.ring.local:

@@ -22,6 +22,7 @@ from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.draft_source import NGRAM
 from fleetgui.runtime.generation import GenerationResult, TokenDelta
+from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -226,3 +227,72 @@ def test_two_conversations_at_once_and_an_edited_message_on_the_fleet(
     edited = second[5]
     assert 16 <= edited.cached_tokens < second[4].prompt_tokens  # rewound, not recomputed
     assert first[0].stream_id != second[0].stream_id
+
+
+SYSTEM = (
+    "You are a careful assistant for a team of Python developers. Answer with short, correct "
+    "code and one sentence of explanation. Prefer the standard library. "
+)
+QUESTIONS = ("def add(a, b):", "def mul(a, b):", "def div(a, b):", "def sub(a, b):")
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["", "worker-killed"])
+def test_conversations_sharing_a_system_prompt_start_from_a_copy(
+    tiny_export: Callable[..., Path],
+    start_workers: Callable[..., list[LocalWorker]],
+    identity: KeyPair,
+    kill: bool,
+) -> None:
+    """Four conversations open with one system prompt, then each has a second turn. Each new
+    one starts from a copy of the system prompt's KV on every stage (the conversations before
+    it keep theirs: each second turn continues its own stream), also when worker b dies after
+    the second conversation; every answer is the cold run's."""
+    export = tiny_export(3)
+    config = GenerationConfig(max_new_tokens=N_NEW)
+    a, b = start_workers(f"a-sys-{kill}", f"b-sys-{kill}")
+
+    async def talk(complete: Callable[..., object]) -> list[GenerationResult]:
+        results = []
+        for i, question in enumerate(QUESTIONS):
+            if kill and i == 2 and b.process is not None:
+                b.kill()
+            results.append(await complete(SYSTEM + question, config))  # type: ignore[misc]
+        for question, first in zip(QUESTIONS, list(results), strict=True):
+            again = SYSTEM + question + first.text + " and test it"
+            results.append(await complete(again, config))  # type: ignore[misc]
+        return results
+
+    async def cold() -> list[GenerationResult]:
+        local = pipeline(export, kv_reuse=False)
+        try:
+            return await talk(local.complete)
+        finally:
+            await local.close()
+
+    async def warm() -> tuple[list[GenerationResult], int]:
+        llm = await aopen(
+            export,
+            workers=[a.endpoint, b.endpoint],
+            identity=identity,
+            coordinator=replace(fast_coordinator(), worker_precision="f32"),
+        )
+        try:
+            results = await talk(llm.agenerate_result)
+            return results, llm.runtime.forks  # type: ignore[attr-defined]
+        finally:
+            await llm.aclose(unload=True)
+
+    (results, forks), expected = asyncio.run(warm()), asyncio.run(cold())
+    assert [r.token_ids for r in results] == [r.token_ids for r in expected]
+    firsts, seconds = results[:4], results[4:]
+    assert len({r.stream_id for r in firsts}) == 4  # a copy each, not another's stream
+    assert [s.stream_id for s in seconds] == [f.stream_id for f in firsts]
+    # the system prompt's tokens, but its last (the question may start inside it)
+    system_tokens = len(Tokenizer(tokenizer_dir_of(export)).encode(SYSTEM)) - 1
+    if not kill:
+        assert forks == 3
+        assert all(r.cached_tokens >= system_tokens for r in firsts[1:])
+    else:  # the copy made once the ring is rebuilt works again
+        assert forks >= 1 and firsts[3].cached_tokens >= system_tokens
+    for first, second in zip(firsts, seconds, strict=True):
+        assert second.cached_tokens >= first.prompt_tokens
