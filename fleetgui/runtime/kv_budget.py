@@ -30,6 +30,16 @@ class KvHolder:
     free_bytes: int | None  # None: not known (then only a given budget limits it)
 
 
+@dataclass(frozen=True)
+class KvHeld:
+    """The KV entries a pipeline's streams hold now, the same on every stage (each entry costs
+    a stage its layers' share of a token's KV)."""
+
+    tokens: int  # of every stream, generating or idle
+    idle_tokens: int  # of the conversations kept between requests
+    budget_tokens: int | None  # what the idle ones may hold (None: no limit, or reuse off)
+
+
 def kv_element_bytes(precision: str, kv_cache_precision: str | None) -> int:
     """Bytes of one KV element as a stage is compiled: f32 with precision f32 (exact runs) or
     when asked, else f16 (OpenVINO's CPU default keeps it at most that large)."""

@@ -170,6 +170,12 @@ class LocalStage(BlockingStage):
         self._hidden = _static_dim(self._parts[0], "hidden_in", 2)
         self._streams: dict[int, _StreamSlot] = {}
         self._lock = asyncio.Lock()
+        # [batch, kv_heads, tokens, head_dim] per state: a token's key or value in one layer
+        self._kv_elements = sum(
+            int(state.state.shape[1]) * int(state.state.shape[3])
+            for compiled in self._parts
+            for state in compiled.create_infer_request().query_state()
+        )
         log.info(
             "stage %d (%s) compiled on %s in %.1f s",
             index,
@@ -202,6 +208,10 @@ class LocalStage(BlockingStage):
     def stream_ids(self) -> list[int]:
         """The streams that hold state on this stage."""
         return list(self._streams)
+
+    def kv_token_bytes(self, element_bytes: int) -> int:
+        """One token's KV in this stage's layers, at ``element_bytes`` an element."""
+        return self._kv_elements * element_bytes
 
     def mask_of(self, stream_id: int) -> StreamMask:
         return self._slot(stream_id).mask

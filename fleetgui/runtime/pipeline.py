@@ -27,6 +27,7 @@ from fleetgui.runtime.generation import (
     final_result,
 )
 from fleetgui.runtime.generation_loop import StreamGeneration, stream_steps
+from fleetgui.runtime.kv_budget import KvHeld
 from fleetgui.runtime.metrics import AggregateThroughput, MetricsBus, TokensEmitted
 from fleetgui.runtime.resident import ParkedStream, ResidentStreams
 from fleetgui.runtime.route import Route
@@ -107,6 +108,7 @@ class Pipeline:
         self.streams = StreamLimit(max_streams)
         self.resident = resident
         self.forks = 0  # new streams started from a copy of an idle stream's prefix
+        self._running: dict[int, StreamState] = {}  # the streams generating now
 
     def _count_tokens(self, stream_id: int, count: int, step_ms: float) -> None:
         """Emit the step's tokens and the aggregate rate over the last few seconds."""
@@ -136,6 +138,7 @@ class Pipeline:
             stream = await self._stream_for(prompt_ids, config, drafter)
             generation = self._generation(stream, drafter)
             self._active += 1
+            self._running[stream.id] = stream
             ended: bool | None = None  # at a token boundary: True if no step ran ahead
             try:
                 async with contextlib.aclosing(generation.deltas()) as deltas:
@@ -147,6 +150,7 @@ class Pipeline:
                 raise
             finally:
                 self._active -= 1
+                self._running.pop(stream.id, None)
                 if (stream.ks or stream.plain_steps) and config.auto_k:
                     self._k_memory.remember(self.new_auto_k, stream.auto_k)
                 await self._retire(stream, drafter, ended)
@@ -161,6 +165,7 @@ class Pipeline:
         twin = copy.copy(self)
         twin.streams = streams
         twin._active = 0
+        twin._running = {}
         twin.resident = None  # measured cold, and never taking a conversation's stream
         return twin
 
@@ -170,6 +175,14 @@ class Pipeline:
             await self.draft.close()
 
     # -- resident streams ---------------------------------------------------------------------
+
+    def kv_held(self) -> KvHeld:
+        """The KV entries the streams hold on every stage now, and the idle ones' budget."""
+        resident = self.resident
+        idle = resident.idle_entries if resident is not None else 0
+        running = sum(stream.target.entries for stream in list(self._running.values()))
+        budget = resident.budget_entries if resident is not None else None
+        return KvHeld(idle + running, idle, budget)
 
     async def _stream_for(
         self, prompt_ids: list[int], config: GenerationConfig, drafter: Drafter | None

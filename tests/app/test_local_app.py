@@ -28,9 +28,12 @@ from fleetgui.app.dashboard.metrics_series import ACCEPTANCE, CHOSEN_K, STAGE_MS
 from fleetgui.app.deploy.model_choice import ModelKind
 from fleetgui.app.fleet.worker_status import WorkerStatus
 from fleetgui.app.views.main_window import MainWindow
+from fleetgui.export.manifest import read_manifest
+from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.modes import Mode
 from fleetgui.net.worker_info import WorkerInfo
+from fleetgui.runtime.kv_budget import kv_bytes_per_token_per_layer, kv_element_bytes
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +123,9 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     qtbot.waitUntil(lambda: all(set(stage._streams) <= kept for stage in stages))
 
 
-def test_a_chats_next_turn_keeps_its_kv_and_the_reply_says_how_much(qtbot: QtBot, app: Any) -> None:
+def test_a_chats_next_turn_keeps_its_kv_and_the_reply_says_how_much(
+    qtbot: QtBot, app: Any, tiny_exports_2s_draft: dict[str, Path]
+) -> None:
     core, window, _ = app
     conversation = new_chat(window, max_new_tokens=12)
     send_and_wait(
@@ -130,6 +135,20 @@ def test_a_chats_next_turn_keeps_its_kv_and_the_reply_says_how_much(qtbot: QtBot
     first, second = [m for m in core.chats.get(conversation).messages if m.role == ASSISTANT]
     assert first.cached_tokens == 0 and second.cached_tokens > 0
     assert f"{second.cached_tokens:,} of the chat kept" in window.chat.transcript.toPlainText()
+    # the dashboard and the fleet view say what it reused and the KV this PC holds for it
+    reused = f"last reply reused {second.cached_tokens:,} prompt tokens"
+    qtbot.waitUntil(lambda: reused in window.dashboard.kv.text())
+    pipeline = core.inference.pipeline
+    held = pipeline.kv_held()  # type: ignore[union-attr]
+    stages = pipeline.route.stages  # type: ignore[union-attr]
+    manifest = read_manifest(tiny_exports_2s_draft["2s"])
+    element = kv_element_bytes(stages[0].config.precision, stages[0].config.kv_cache_precision)
+    per_layer = kv_bytes_per_token_per_layer(manifest.config, element)
+    assert sum(s.kv_token_bytes(element) for s in stages) == per_layer * manifest.n_layers
+    assert held.idle_tokens == held.tokens >= second.cached_tokens + second.tokens
+    here = window.topology.update_now().node(coordinator_name())
+    assert here is not None and here.kv_bytes == held.tokens * per_layer * manifest.n_layers
+    assert "KV" in here.memory_text and "KV in use: this PC" in window.dashboard.kv.text()
 
 
 def test_history_is_restored_by_a_new_store(app: Any) -> None:

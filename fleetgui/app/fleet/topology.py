@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fleetgui.app.fleet.worker_status import GB
+from fleetgui.runtime.kv_budget import KvHeld
 from fleetgui.shard import Shard
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,21 @@ class RingSpec:
 
     local: tuple[int, ...]
     members: tuple[tuple[str, tuple[int, ...]], ...]
+    kv: KvHeld | None = None  # the KV entries its streams hold on each of its stages
+
+    def kv_of(self, kv_token_bytes: Sequence[int]) -> dict[str, tuple[int, int | None]]:
+        """Per PC of the ring (the coordinator as ""): the bytes of KV its stages hold and
+        the most the idle conversations may keep there (None: no limit known)."""
+        if self.kv is None or not kv_token_bytes:
+            return {}
+        kv = self.kv
+        out: dict[str, tuple[int, int | None]] = {}
+        for name, indices in (("", self.local), *self.members):
+            per_token = sum(kv_token_bytes[i] for i in indices if i < len(kv_token_bytes))
+            if indices:
+                budget = None if kv.budget_tokens is None else kv.budget_tokens * per_token
+                out[name] = (kv.tokens * per_token, budget)
+        return out
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,19 @@ class FleetLayout:
     spares: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()  # workers lost while deployed, in order
     links: tuple[LinkFacts, ...] = ()
+    kv_token_bytes: tuple[int, ...] = ()  # one token's KV on each stage (its layers' share)
+
+    def kv_by_pc(self) -> dict[str, tuple[int, int | None]]:
+        """Per PC (the coordinator as ""): the bytes of KV its stages hold over every ring,
+        and the most the idle conversations may keep there (None: no limit known)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for ring in self.rings:
+            for name, (held, budget) in ring.kv_of(self.kv_token_bytes).items():
+                before, limit = out.get(name, (0, None))
+                if budget is not None:
+                    limit = budget + (limit or 0)
+                out[name] = (before + held, limit)
+        return out
 
     def holders(self) -> dict[int, str]:
         """Stage index -> the PC that runs it."""
@@ -125,6 +154,8 @@ class Node:
     busy: float = 0.0  # share of the last busy window its stages computed, 0..1
     took: tuple[Move, ...] = ()  # layers it runs since another PC was lost
     gave: tuple[Move, ...] = ()  # a lost PC: where its layers went
+    kv_bytes: int | None = None  # KV its stages hold for the streams (None: not known)
+    kv_budget_bytes: int | None = None  # what idle conversations may keep on it
 
     @property
     def layers_text(self) -> str:
@@ -136,6 +167,13 @@ class Node:
         if self.total_bytes:
             free = "?" if self.free_bytes is None else f"{self.free_bytes / GB:.1f}"
             parts.append(f"{free} of {self.total_bytes / GB:.1f} GB free")
+        if self.kv_bytes is not None:
+            kept = (
+                f" (chats kept up to {size_text(self.kv_budget_bytes)})"
+                if self.kv_budget_bytes is not None
+                else ""
+            )
+            parts.append(f"KV {size_text(self.kv_bytes)}{kept}")
         return " · ".join(parts) or "memory ?"
 
 
@@ -178,6 +216,21 @@ class Topology:
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
+
+
+def kv_text(topology: Topology, coordinator: str) -> str:
+    """The dashboard's line on the KV each PC holds for the streams, e.g. ``"KV in use: this
+    PC 35.2 MB · w1 34.8 MB (idle chats kept up to 480.0 MB a PC)"``; "" when not known."""
+    held = [n for n in topology.nodes if n.kv_bytes is not None]
+    if not held:
+        return ""
+    parts = [
+        f"{'this PC' if n.name == coordinator else n.name} {size_text(n.kv_bytes or 0)}"
+        for n in held
+    ]
+    budgets = [n.kv_budget_bytes for n in held if n.kv_budget_bytes is not None]
+    kept = f" (idle chats kept up to {size_text(max(budgets))} a PC)" if budgets else ""
+    return "KV in use: " + " · ".join(parts) + kept
 
 
 def stage_span(stages: Sequence[Shard], indices: Sequence[int]) -> Shard | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -21,9 +21,13 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from fleetgui.app.fleet.topology import FleetLayout, LinkFacts, RingSpec, Topology
 from fleetgui.app.fleet.topology_tracker import TopologyTracker
 from fleetgui.app.fleet.worker_table import WorkerTableModel
+from fleetgui.export.manifest import Manifest
 from fleetgui.fleet.placement.assignment import MEMORY_OVERHEAD
 from fleetgui.fleet.profiling.this_pc import coordinator_name
+from fleetgui.runtime.kv_budget import KvHeld, kv_bytes_per_token_per_layer, kv_element_bytes
 from fleetgui.runtime.metrics import MetricEvent
+from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.pipeline import Pipeline
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
     from fleetgui.fleet.session.session import FleetSession
@@ -36,13 +40,19 @@ UPDATE_INTERVAL_MS = 250
 LayoutSource = Callable[[], FleetLayout | None]
 
 
-def session_rings(session: FleetSession) -> RingSpec | None:
-    """The ring of a ``FleetSession`` (None before it deployed)."""
+def session_rings(session: FleetSession, kv: KvHeld | None = None) -> RingSpec | None:
+    """The ring of a ``FleetSession`` (None before it deployed), with the KV its streams hold."""
     assignment = session.deployment.assignment
     if assignment is None:
         return None
     members = tuple((m.name, tuple(m.indices)) for m in assignment.members)
-    return RingSpec(tuple(assignment.local), members)
+    return RingSpec(tuple(assignment.local), members, kv)
+
+
+def kv_token_bytes(manifest: Manifest, element_bytes: int) -> tuple[int, ...]:
+    """One token's KV on each of ``manifest``'s stages: its layers' share."""
+    per_layer = kv_bytes_per_token_per_layer(manifest.config, element_bytes)
+    return tuple(shard.n_stage_layers * per_layer for shard in manifest.shards)
 
 
 def session_links(session: FleetSession) -> list[LinkFacts]:
@@ -54,14 +64,20 @@ def session_links(session: FleetSession) -> list[LinkFacts]:
 
 
 def sessions_layout(
-    sessions: Sequence[FleetSession], deployment: int, coordinator: str
+    sessions: Sequence[FleetSession],
+    deployment: int,
+    coordinator: str,
+    kv: Mapping[int, KvHeld] | None = None,
 ) -> FleetLayout | None:
-    """The layout of one ``FleetSession`` or of several (whole copies: a ring each)."""
+    """The layout of one ``FleetSession`` or of several (whole copies: a ring each); ``kv``:
+    the KV each session's pipeline holds, by ``id(session)``."""
     rings, links, spares, lost = [], [], [], []
     manifest = None
+    element = 2
     for session in sessions:
         deployed = session.deployment
-        ring, assignment = session_rings(session), deployed.assignment
+        ring = session_rings(session, (kv or {}).get(id(session)))
+        assignment = deployed.assignment
         if ring is None or assignment is None or deployed.manifest is None:
             continue
         manifest = deployed.manifest
@@ -69,13 +85,19 @@ def sessions_layout(
         links += session_links(session)
         spares += [s for s in assignment.spares if s not in spares]
         lost += [n for n in session.failover.failovers if n not in lost]
+        stage = session.config.local.stage
+        element = max(
+            element,
+            kv_element_bytes(stage.precision, stage.kv_cache_precision),
+            kv_element_bytes(session.config.worker_precision, None),
+        )
     if manifest is None:
         return None
     stages = tuple(manifest.shards)
     need = tuple(int(sum(f.size for f in s.files) * MEMORY_OVERHEAD) for s in manifest.stages)
     return FleetLayout(
         deployment, coordinator, stages, need, tuple(rings), tuple(spares), tuple(lost),
-        tuple(links),
+        tuple(links), kv_token_bytes(manifest, element),
     )  # fmt: skip
 
 
@@ -85,8 +107,16 @@ def local_layout(pipeline: object, deployment: int, coordinator: str) -> FleetLa
     if not stages:
         return None
     shards = tuple(s.shard for s in stages)
-    ring = RingSpec(tuple(range(len(shards))), ())
-    return FleetLayout(deployment, coordinator, shards, (0,) * len(shards), (ring,))
+    kv = pipeline.kv_held() if isinstance(pipeline, Pipeline) else None
+    ring = RingSpec(tuple(range(len(shards))), (), kv)
+    per_token: tuple[int, ...] = ()
+    if isinstance(pipeline, Pipeline) and stages and isinstance(stages[0], LocalStage):
+        config = stages[0].config
+        element = kv_element_bytes(config.precision, config.kv_cache_precision)
+        per_token = tuple(s.kv_token_bytes(element) for s in stages)
+    return FleetLayout(
+        deployment, coordinator, shards, (0,) * len(shards), (ring,), kv_token_bytes=per_token
+    )
 
 
 class DeploymentLayout:
@@ -111,8 +141,21 @@ class DeploymentLayout:
         if llm is None:
             return None
         if llm.sessions:
-            return sessions_layout(llm.sessions, self._deployment_of(llm), here)
+            return sessions_layout(llm.sessions, self._deployment_of(llm), here, kv_by_session(llm))
         return local_layout(llm.runtime, self._deployment_of(llm), here)
+
+
+def kv_by_session(llm: LLMPipeline) -> dict[int, KvHeld]:
+    """The KV each fleet session's pipeline holds, by ``id(session)``: each replica's, or the
+    pipeline's over its one session."""
+    from fleetgui.fleet.session.replicas import ReplicatedPipeline
+
+    runtime = llm.runtime
+    if isinstance(runtime, ReplicatedPipeline):
+        return {id(r.session): r.pipeline.kv_held() for r in runtime.replicas}
+    if isinstance(runtime, Pipeline) and len(llm.sessions) == 1:
+        return {id(llm.sessions[0]): runtime.kv_held()}
+    return {}
 
 
 class TopologyFeed(QObject):

@@ -170,6 +170,7 @@ class TopologyTracker:
         rows = {row.name: row for row in self.rows}
         coordinator_row = next((r for r in self.rows if r.coordinator), None)
         links = {f.name: f for f in layout.links} if layout is not None else {}
+        kv = layout.kv_by_pc() if layout is not None else {}
         nodes: dict[str, Node] = {}
 
         def make(name: str, role: Role, indices: Sequence[int] = ()) -> Node:
@@ -184,6 +185,7 @@ class TopologyTracker:
             says_lost = row is None or row.status is WorkerStatus.LOST  # no row: the role says
             if role is Role.LOST and link is not None and link.lost and not says_lost:
                 status = f"lost: {link.lost}"  # before the row says so, the link says why
+            held, kept = kv.get("" if role is Role.COORDINATOR else name, (None, None))
             return Node(
                 name=name,
                 role=role,
@@ -197,6 +199,8 @@ class TopologyTracker:
                 busy=min(1.0, float(sum(busy.get(i, 0.0) for i in indices))),
                 took=tuple(m for m in self.moves if m.target == name),
                 gave=tuple(m for m in self.moves if m.source == name),
+                kv_bytes=held,
+                kv_budget_bytes=kept,
             )
 
         here = layout.coordinator if layout is not None else None

@@ -61,6 +61,9 @@ class DashboardView(QWidget):
         clear.clicked.connect(self.clear_requested.emit)
         self.info = QLabel("charts fill in while the model generates")
         self.replicas = QLabel()  # which whole copy serves how many streams, when copies run
+        self.kv = QLabel()  # the KV each PC holds, and what the last reply reused of it
+        self._kv_memory = ""
+        self._kv_reused: int | None = None
         bar = QHBoxLayout()
         for widget in (self.pause, png, csv, clear):
             bar.addWidget(widget)
@@ -78,6 +81,7 @@ class DashboardView(QWidget):
         layout.addWidget(self.api)
         layout.addLayout(bar)
         layout.addWidget(self.replicas)
+        layout.addWidget(self.kv)
         layout.addWidget(self.split, 1)
         self.apply_theme()
 
@@ -126,6 +130,21 @@ class DashboardView(QWidget):
         if text != self.replicas.text():
             self.replicas.setText(text)
         self.replicas.setVisible(bool(text))
+
+    def show_kv(self, memory: str | None = None, reused: int | None = None) -> None:
+        """The KV line: ``memory`` as ``kv_text`` says it, and the prompt tokens the last reply
+        did not compute again (None: keep what is shown)."""
+        if memory is not None:
+            self._kv_memory = memory
+        if reused is not None:
+            self._kv_reused = reused
+        parts = [self._kv_memory] if self._kv_memory else []
+        if self._kv_reused is not None:
+            parts.append(f"last reply reused {self._kv_reused:,} prompt tokens")
+        text = "; ".join(parts)
+        if text != self.kv.text():
+            self.kv.setText(text)
+        self.kv.setVisible(bool(text))
 
     def _curve(self, chart: ChartSpec, name: str) -> pg.PlotDataItem:
         curve = self.curves.get((chart.key, name))

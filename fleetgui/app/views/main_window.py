@@ -19,10 +19,12 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from fleetgui import __version__
+from fleetgui.app.chat.conversation import ASSISTANT
 from fleetgui.app.core import AppCore
 from fleetgui.app.dashboard.bench_record import bench_settings
 from fleetgui.app.deploy.replicas import replica_text
 from fleetgui.app.errors import user_message
+from fleetgui.app.fleet.topology import kv_text
 from fleetgui.app.fleet.topology_feed import DeploymentLayout, TopologyFeed
 from fleetgui.app.inference import PipelineState
 from fleetgui.app.mode import ModeSettings
@@ -35,6 +37,7 @@ from fleetgui.app.views.deploy_presenter import DeployPresenter
 from fleetgui.app.views.deploy_view import DeploymentView
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.message_bar import MessageBar
+from fleetgui.fleet.profiling.this_pc import coordinator_name
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +200,24 @@ class MainWindow(QMainWindow):
         core.inference.metric.connect(self.topology.record)
         core.inference.state_changed.connect(self.topology.refresh)
         self.topology.updated.connect(self._show_topology)
+        core.chats.reply_finished.connect(self._show_reused)
         self.topology.update_now()
 
     def _show_topology(self) -> None:
-        self.fleet_view.show_topology(self.topology.topology())
+        topology = self.topology.topology()
+        self.fleet_view.show_topology(topology)
+        self.dashboard.show_kv(kv_text(topology, coordinator_name()))
+
+    def _show_reused(self, conversation_id: str, _reason: str) -> None:
+        """A reply ended: the dashboard says what it reused, the fleet view what is kept now."""
+        try:
+            messages = self.core.chats.get(conversation_id).messages
+        except KeyError:  # deleted as it ended
+            messages = []
+        last = messages[-1] if messages else None
+        if last is not None and last.role == ASSISTANT:
+            self.dashboard.show_kv(reused=last.cached_tokens)
+        self.topology.refresh()
 
     def _name_stream(self, request: int, stream: int) -> None:
         # a slot of the window (not of the core): the connection ends with the window

@@ -61,6 +61,7 @@ from fleetgui.fleet.profiling.probe_stage import (
     profile_here,
     profile_worker,
 )
+from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.fleet.ring.link import Dispatcher, WorkerLink
 from fleetgui.modes import Mode
 from fleetgui.net.info_probe import probe
@@ -298,6 +299,16 @@ def test_deploy_on_the_fleet_and_the_reply_is_the_in_process_one(
     result = app.results[-1]
     assert result.token_ids == reference_tokens(exports["3s"], prompt, options)
     assert "".join(deltas) == app.core.chats.get(conversation).messages[-1].text != ""
+    # the conversation's KV stays on the ring: every PC with stages says what it holds
+    held = app.core.inference.pipeline.kv_held()  # type: ignore[union-attr]
+    assert held.idle_tokens == held.tokens
+    assert result.prompt_tokens <= held.tokens <= result.prompt_tokens + len(result.token_ids)
+    topology = app.window.topology.update_now()
+    for name in [coordinator_name(), *members]:
+        node = topology.node(name)
+        assert node is not None and node.kv_bytes, name
+        assert "KV" in node.memory_text
+    assert all(n.kv_bytes is None for n in topology.nodes if n.name in assignment.spares)
 
 
 def test_switch_to_pp_sd_with_k_redeploy_and_the_charts_follow(

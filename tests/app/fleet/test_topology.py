@@ -32,6 +32,7 @@ from fleetgui.app.fleet.topology import (
     RingSpec,
     Role,
     Topology,
+    kv_text,
     layers_text,
     stage_span,
 )
@@ -43,6 +44,7 @@ from fleetgui.app.views.main_window import MainWindow
 from fleetgui.fleet.placement.preview import export_stages
 from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.net.worker_info import WorkerInfo
+from fleetgui.runtime.kv_budget import KvHeld
 from fleetgui.runtime.metrics import StageTiming, TransferTiming
 from fleetgui.shard import Shard
 
@@ -156,6 +158,39 @@ def test_whole_copies_are_a_ring_each_through_this_pc() -> None:
     assert [(e.source, e.target, e.carries) for e in picture.edges] == [
         ("here", "a", TOKENS), ("a", "here", TOKENS), ("here", "b", TOKENS), ("b", "here", TOKENS),
     ]  # fmt: skip
+
+
+def test_each_pc_shows_the_kv_its_stages_hold_and_what_idle_chats_may_keep() -> None:
+    tracker = TopologyTracker()
+    tracker.set_rows([row("here", coordinator=True), row("a"), row("b")])
+    per_token = (100, 200, 50)  # one token's KV in each stage's layers
+    held = KvHeld(tokens=1_000, idle_tokens=600, budget_tokens=4_000)
+    ring = RingSpec((0,), (("a", (1, 2)),), held)
+    tracker.set_layout(
+        FleetLayout(1, "here", STAGES, (10**8,) * 3, (ring,), kv_token_bytes=per_token)
+    )
+    picture = tracker.topology(now=0.0)
+    here, a, b = picture.node("here"), picture.node("a"), picture.node("b")
+    assert here is not None and (here.kv_bytes, here.kv_budget_bytes) == (100_000, 400_000)
+    assert a is not None and (a.kv_bytes, a.kv_budget_bytes) == (250_000, 1_000_000)
+    assert b is not None and b.kv_bytes is None  # a spare holds none
+    assert "KV 250.0 KB (chats kept up to 1.0 MB)" in a.memory_text
+    assert kv_text(picture, "here") == (
+        "KV in use: this PC 100.0 KB · a 250.0 KB (idle chats kept up to 1.0 MB a PC)"
+    )
+    # whole copies: each ring's KV is its own PC's; no budget known says no limit
+    copies = (
+        RingSpec((), (("a", (0, 1, 2)),), KvHeld(10, 0, None)),
+        RingSpec((), (("b", (0, 1, 2)),), KvHeld(20, 0, None)),
+    )
+    tracker.set_layout(FleetLayout(2, "here", STAGES, (0,) * 3, copies, kv_token_bytes=per_token))
+    picture = tracker.topology(now=0.0)
+    assert [(n.name, n.kv_bytes) for n in picture.nodes] == [
+        ("here", None), ("a", 3_500), ("b", 7_000),
+    ]  # fmt: skip
+    assert kv_text(picture, "here") == "KV in use: a 3.5 KB · b 7.0 KB"
+    tracker.set_layout(None)
+    assert kv_text(tracker.topology(now=0.0), "here") == ""
 
 
 def test_nothing_deployed_shows_the_known_pcs() -> None:
