@@ -27,6 +27,8 @@ import psutil
 from bench_conversation import filler, serve_process
 from common import bench_cache, print_figures
 
+from fleetgui.runtime.kv_budget import KEPT_TOKEN_COST
+
 log = logging.getLogger("benchmarks")
 
 N_WORDS = 1300  # about 1,500 tokens with the chat template
@@ -54,7 +56,9 @@ def rss_mb(*pids: int) -> float:
 
 
 def first_messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Conversation {i}. {filler(100 + i, N_WORDS)}"}]
+    words = filler(100 + i, N_WORDS)
+    question = f"Conversation {i}. Here is a list of words: {words}\nWhich word comes first?"
+    return [{"role": "user", "content": question}]
 
 
 def kv_bytes_per_token(export: Path) -> int:
@@ -137,9 +141,10 @@ def main() -> None:
         args.export = export_real()
     os.sched_setaffinity(0, {0})
     per_token = kv_bytes_per_token(args.export)
-    # a conversation holds its prompt (about 1,500 tokens) and answer: 1,560 is a safe bound
-    budget = args.kept * 1560 * per_token
-    every = args.conversations * 1560 * per_token
+    # a conversation holds its prompt (about 1,500 tokens) and answer: 1,560 is a safe bound;
+    # the budget counts a kept token at KEPT_TOKEN_COST times its KV
+    budget = args.kept * 1560 * per_token * KEPT_TOKEN_COST
+    every = args.conversations * 1560 * per_token * KEPT_TOKEN_COST
     kept = run_server(
         args.export, "kept", ("--kv-budget", str(budget)), args.conversations, revisit=True
     )

@@ -1,8 +1,9 @@
 """How many tokens of KV the idle conversations of a pipeline may keep: a budget in bytes on each
 PC that holds stages, turned into tokens by the layers that PC holds.
 
-Every stage keeps an entry per token for each of its layers, so a PC's cost of one kept token
-is its layers times ``2 * kv_heads * head_dim`` elements. The pipeline keeps one count of
+Every stage keeps an entry per token for each of its layers, so a PC's KV of one kept token is
+its layers times ``2 * kv_heads * head_dim`` elements; the memory it costs there is
+:data:`KEPT_TOKEN_COST` times that. The pipeline keeps one count of
 tokens for all stages alike; the PC whose budget buys the fewest tokens sets it. Without a
 budget given, each PC spends :data:`FREE_MEMORY_SHARE` of the memory it had free when the
 pipeline opened.
@@ -17,6 +18,13 @@ from typing import Any
 #: The share of a PC's free memory its idle conversations' KV may take when no budget is given:
 #: the rest stays for the PC's own use and the active streams' growing caches.
 FREE_MEMORY_SHARE = 0.5
+#: The memory a kept conversation costs a stage's process, over its KV's bytes. Each stream
+#: has its own OpenVINO infer request, whose cache grows in steps and whose buffers for a
+#: prompt chunk stay allocated while it idles: measured on SmolLM2-135M (2 stages, f32, 256-token
+#: chunks), an idle stream of 1,500 tokens took 1.8x its KV in RSS, one of 512 tokens 3.2x
+#: (``benchmarks/bench_kv_memory.py``). A budget counts each kept token at this many times its
+#: KV, so that what the budget allows is close to the memory it takes.
+KEPT_TOKEN_COST = 2
 #: The fewest tokens a budget keeps: one conversation of this length, whatever the memory says.
 MIN_BUDGET_TOKENS = 256
 
@@ -62,8 +70,9 @@ def budget_tokens(
     budget_bytes: int | None = None,
 ) -> int | None:
     """The tokens idle conversations may keep: each holder spends ``budget_bytes`` (or
-    :data:`FREE_MEMORY_SHARE` of its free memory) on its layers' share; the tightest holder
-    decides. None when nothing limits it (no budget, no holder's memory known)."""
+    :data:`FREE_MEMORY_SHARE` of its free memory) on its layers' share, each token costing
+    :data:`KEPT_TOKEN_COST` times its KV; the tightest holder decides. None when nothing limits
+    it (no budget, no holder's memory known)."""
     limits = []
     for holder in holders:
         if holder.layers <= 0:
@@ -72,5 +81,5 @@ def budget_tokens(
         if spend is None and holder.free_bytes is not None:
             spend = int(holder.free_bytes * FREE_MEMORY_SHARE)
         if spend is not None:
-            limits.append(spend // (holder.layers * bytes_per_token_per_layer))
+            limits.append(spend // (holder.layers * bytes_per_token_per_layer * KEPT_TOKEN_COST))
     return max(MIN_BUDGET_TOKENS, min(limits)) if limits else None

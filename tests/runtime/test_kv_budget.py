@@ -7,6 +7,7 @@ import pytest
 
 from fleetgui.runtime.kv_budget import (
     FREE_MEMORY_SHARE,
+    KEPT_TOKEN_COST,
     MIN_BUDGET_TOKENS,
     KvHolder,
     budget_tokens,
@@ -35,14 +36,30 @@ def test_kv_elements_are_f32_only_when_asked(precision: str, kv: str | None, siz
     ("holders", "budget", "tokens"),
     [
         # half of 1 GiB free, 15 layers here: what those layers' share of a token buys
-        ([KvHolder("pc", 15, 2**30)], None, int(2**30 * FREE_MEMORY_SHARE) // (15 * PER_LAYER)),
+        (
+            [KvHolder("pc", 15, 2**30)],
+            None,
+            int(2**30 * FREE_MEMORY_SHARE) // (15 * PER_LAYER * KEPT_TOKEN_COST),
+        ),
         # a given budget instead of free memory; the PC with more layers decides
-        ([KvHolder("pc", 10, 2**30), KvHolder("w", 20, 2**34)], 2**28, 2**28 // (20 * PER_LAYER)),
+        (
+            [KvHolder("pc", 10, 2**30), KvHolder("w", 20, 2**34)],
+            2**28,
+            2**28 // (20 * PER_LAYER * KEPT_TOKEN_COST),
+        ),
         # a worker with little memory left holds the budget down
-        ([KvHolder("pc", 10, 2**32), KvHolder("w", 20, 2**26)], None, 2**25 // (20 * PER_LAYER)),
+        (
+            [KvHolder("pc", 10, 2**32), KvHolder("w", 20, 2**26)],
+            None,
+            2**25 // (20 * PER_LAYER * KEPT_TOKEN_COST),
+        ),
         # a PC with no stages costs nothing; one with unknown memory limits only by a budget
         ([KvHolder("pc", 0, 10), KvHolder("w", 30, None)], None, None),
-        ([KvHolder("pc", 0, 10), KvHolder("w", 30, None)], 2**27, 2**27 // (30 * PER_LAYER)),
+        (
+            [KvHolder("pc", 0, 10), KvHolder("w", 30, None)],
+            2**27,
+            2**27 // (30 * PER_LAYER * KEPT_TOKEN_COST),
+        ),
         # never below one short conversation
         ([KvHolder("pc", 30, 1000)], None, MIN_BUDGET_TOKENS),
     ],
