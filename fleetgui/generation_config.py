@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,6 +41,11 @@ class GenerationConfig:
     seed: int | None = None  # a seed makes sampling repeatable; None: from OS entropy
     stop: tuple[str, ...] = ()  # strings that end the answer (not included)
     k: DraftTokens = "off"  # speculative decoding: off, auto, or draft tokens per round
+    # structured output: the answer is a JSON document valid against this JSON schema
+    # (``{"type": "object"}``: any JSON object), by constrained decoding
+    json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    # or any grammar: Lark syntax as llguidance reads it (``%json {...}`` embeds a schema)
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         # None meant "off" before speculation had an explicit off; lists come from JSON
@@ -74,6 +80,19 @@ class GenerationConfig:
             raise ValueError(f"stop strings must be strings, got {self.stop!r}")
         if self.k not in ("off", "auto"):
             check_k(self.k)
+        if self.json_schema is not None and not isinstance(self.json_schema, Mapping):
+            raise ValueError(
+                f"json_schema must be a JSON schema object, got {type(self.json_schema).__name__}"
+            )
+        if self.grammar is not None and not isinstance(self.grammar, str):
+            raise ValueError(f"grammar must be Lark text, got {type(self.grammar).__name__}")
+        if self.grammar is not None and self.json_schema is not None:
+            raise ValueError("give json_schema or grammar, not both (%json embeds a schema)")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the answer's tokens are constrained (``json_schema`` or ``grammar``)."""
+        return self.json_schema is not None or self.grammar is not None
 
     def check_sampling(self) -> None:
         """Raise :class:`ValueError` naming a bad sampling value and its valid range (what the

@@ -156,14 +156,22 @@ class LLMPipeline:
         return config if stops == tuple(config.stop) else replace(config, stop=stops)
 
     def chat_prompt(
-        self, messages: Messages, config: GenerationConfig | None = None, *, fit: bool = False
+        self,
+        messages: Messages,
+        config: GenerationConfig | None = None,
+        *,
+        fit: bool = False,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[str, GenerationConfig]:
         """``messages`` (``[{"role": "user", "content": ...}]``) as the prompt text to generate
         from, rendered with the model's chat template, and :meth:`chat_config` of ``config``.
         With ``fit`` the oldest turns are left out while the prompt would not leave
-        ``config.max_new_tokens`` in the context. Renders and encodes: async callers run it in
-        a thread."""
+        ``config.max_new_tokens`` in the context. ``tools``: function definitions (OpenAI's
+        form) the model's template shows it. Renders and encodes: async callers run it in a
+        thread."""
         config = self.chat_config(config)
+        if tools:  # as the model's template shows tools (fitting keeps every turn then)
+            return self.prompter.text(messages, tools=tools), config
         if not fit:
             return self.prompter.text(messages), config
         budget = self.context_limit - config.max_new_tokens

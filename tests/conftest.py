@@ -100,6 +100,17 @@ def smollm2_demo_export(smollm2_gguf: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_grammar(smollm2_demo_export: Path) -> tuple[Any, Any]:
+    """llguidance over SmolLM2's real vocabulary (``GrammarEngine``), and its ``Tokenizer``."""
+    from fleetgui.runtime.constraint import GrammarEngine
+    from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+    folder = tokenizer_dir_of(smollm2_demo_export)
+    tokenizer = Tokenizer(folder)
+    return GrammarEngine(folder, tokenizer.eos_token_ids), tokenizer
+
+
+@pytest.fixture(scope="session")
 def smollm2_fp32_exports(
     smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, Path]:

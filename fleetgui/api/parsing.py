@@ -3,7 +3,7 @@
 Each mistake is one :class:`~fleetgui.api.errors.ApiError` naming the field (``param``), as
 OpenAI's API does. Fields that only tune what this server cannot do (penalties, logprobs off,
 ``user``) are accepted and ignored, so that editors and web UIs that send them keep working;
-fields whose answer would be wrong without them (``n`` > 1, tools, images) are refused.
+fields whose answer would be wrong without them (``n`` > 1, images) are refused.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fleetgui.api.errors import ApiError, bad_request
+from fleetgui.api.tool_fields import parse_calls, parse_tools
 from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.tool_calls import ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,14 @@ MAX_STOP_STRINGS = 4  # as OpenAI
 DEFAULT_TEMPERATURE = 1.0
 #: /v1/completions' default length in OpenAI's API (chat's default is the context's room).
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
+
 IGNORED = (
     "frequency_penalty",
     "presence_penalty",
@@ -34,7 +43,6 @@ IGNORED = (
     "metadata",
     "store",
     "service_tier",
-    "parallel_tool_calls",
 )
 
 
@@ -45,12 +53,13 @@ class GenerationRequest:
     prompt is counted)."""
 
     model: str
-    messages: tuple[dict[str, str], ...] | None
+    messages: tuple[dict[str, Any], ...] | None
     prompt: str | None
     max_tokens: int | None  # None: as long as the context allows
     config: GenerationConfig
     stream: bool
     include_usage: bool
+    tools: ToolSpec | None = None  # functions the model may call (chat only)
 
     @property
     def is_chat(self) -> bool:
@@ -95,7 +104,8 @@ def parse_chat(body: Mapping[str, Any], served: str) -> GenerationRequest:
     _refuse_unsupported(body, chat=True)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"))
-    return _request(body, model, max_tokens, messages=messages, prompt=None)
+    request = _request(body, model, max_tokens, messages=messages, prompt=None)
+    return replace(request, tools=parse_tools(body))
 
 
 def parse_completion(body: Mapping[str, Any], served: str) -> GenerationRequest:
@@ -125,7 +135,7 @@ def _request(
     model: str,
     max_tokens: int | None,
     *,
-    messages: tuple[dict[str, str], ...] | None,
+    messages: tuple[dict[str, Any], ...] | None,
     prompt: str | None,
 ) -> GenerationRequest:
     stream = _bool(body, "stream", False)
@@ -157,8 +167,6 @@ def _refuse_unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
     n = body.get("n", 1)
     if n != 1 or isinstance(n, bool):
         raise bad_request(f"'n' must be 1 (one choice per request), got {n!r}", param="n")
-    if chat and body.get("tools"):
-        raise bad_request("tools (function calling) are not supported", param="tools")
     if body.get("logprobs") not in (None, False, 0):
         raise bad_request("'logprobs' is not supported", param="logprobs")
     if not chat:
@@ -170,7 +178,7 @@ def _refuse_unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
             raise bad_request("'best_of' must be 1", param="best_of")
 
 
-def _messages(value: Any) -> tuple[dict[str, str], ...]:
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(value, list) or not value:
         raise bad_request("'messages' must be a non-empty array of messages", param="messages")
     out = []
@@ -183,7 +191,27 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
             raise bad_request(
                 f"{param}.role is {role!r}: use one of {', '.join(ROLES)}", param=f"{param}.role"
             )
-        out.append({"role": ROLES[role], "content": _content(message.get("content"), param)})
+        calls = message.get("tool_calls")
+        if role == "assistant" and calls:
+            content = message.get("content")
+            text = "" if content is None else _content(content, param)
+            out.append(
+                {"role": "assistant", "content": text, "tool_calls": parse_calls(calls, param)}
+            )
+            continue
+        item: dict[str, Any] = {
+            "role": ROLES[role],
+            "content": _content(message.get("content"), param),
+        }
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise bad_request(
+                    f"{param}.tool_call_id must name the call this is the result of",
+                    param=f"{param}.tool_call_id",
+                )
+            item["tool_call_id"] = call_id
+        out.append(item)
     return tuple(out)
 
 
@@ -263,6 +291,7 @@ def _config(body: Mapping[str, Any]) -> GenerationConfig:
         top_p=top_p,
         seed=seed,
         stop=_stop(body.get("stop")),
+        json_schema=_response_schema(body.get("response_format")),
     )
     try:
         config.check_sampling()
@@ -270,6 +299,45 @@ def _config(body: Mapping[str, Any]) -> GenerationConfig:
         param = str(exc).split(" ", 1)[0]
         raise bad_request(str(exc), param=param if param in body else None) from None
     return config
+
+
+#: ``response_format: {"type": "json_object"}``: any JSON object, as OpenAI's JSON mode.
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _response_schema(value: Any) -> dict[str, Any] | None:
+    """The JSON schema ``response_format`` asks the answer to follow (None: plain text).
+    ``strict`` is accepted either way: the answer is always constrained to the schema."""
+    param = "response_format"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request(
+            f'\'{param}\' must be an object such as {{"type": "json_object"}}', param=param
+        )
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ANY_JSON_OBJECT
+    if kind != "json_schema":
+        raise bad_request(
+            f"'{param}.type' must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+            param=f"{param}.type",
+        )
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad_request(
+            f"'{param}.json_schema' must be an object with the schema in 'schema'",
+            param=f"{param}.json_schema",
+        )
+    schema = spec.get("schema", ANY_JSON_OBJECT)  # OpenAI's field is optional
+    if not isinstance(schema, dict):
+        raise bad_request(
+            f"'{param}.json_schema.schema' must be a JSON schema object, got {schema!r}"[:300],
+            param=f"{param}.json_schema.schema",
+        )
+    return schema
 
 
 def _stop(value: Any) -> tuple[str, ...]:

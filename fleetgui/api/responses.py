@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgui.runtime.generation import FinishReason, GenerationResult
+from fleetgui.runtime.tool_calls import ParsedAnswer, ToolCall
 
 #: The pipeline's finish reasons as OpenAI names them: an end-of-turn token or a stop string
 #: is "stop", the token limit or a full context is "length".
@@ -60,14 +61,23 @@ class Answer:
 
     # -- whole answers ------------------------------------------------------------------------
 
-    def complete(self, result: GenerationResult) -> dict[str, Any]:
-        """The non-streamed answer."""
+    def complete(
+        self, result: GenerationResult, parsed: ParsedAnswer | None = None
+    ) -> dict[str, Any]:
+        """The non-streamed answer (``parsed``: its text and calls, when tools were offered)."""
         if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": result.text}
+            finish = finish_reason(result)
+            if parsed is not None:
+                message["content"] = parsed.content
+                if parsed.calls:
+                    message["tool_calls"] = [call.as_openai() for call in parsed.calls]
+                    finish = "tool_calls"
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.text},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": finish_reason(result),
+                "finish_reason": finish,
             }
             head = self._head("chat.completion")
         else:
@@ -96,6 +106,19 @@ class Answer:
         choice["logprobs"] = None
         choice["finish_reason"] = finish
         out = {**head, "choices": [choice], "system_fingerprint": None}
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
+    def tool_call_chunk(self, index: int, call: ToolCall) -> dict[str, Any]:
+        """A streamed call: its id, name and arguments in one delta (OpenAI may split the
+        arguments over several; clients join them either way)."""
+        delta = {"tool_calls": [{"index": index, **call.as_openai()}]}
+        out = {
+            **self._head("chat.completion.chunk"),
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+            "system_fingerprint": None,
+        }
         if self.include_usage:
             out["usage"] = None
         return out

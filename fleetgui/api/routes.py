@@ -28,9 +28,50 @@ from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import ClientGoneError, EventStream
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.generation import GenerationError, GenerationResult, TokenDelta
+from fleetgui.runtime.generation import (
+    GenerationError,
+    GenerationResult,
+    TokenDelta,
+    grammar_of,
+)
+from fleetgui.runtime.tool_calls import (
+    ParsedAnswer,
+    ToolFormat,
+    ToolSpec,
+    parse_answer,
+    tool_format,
+)
+from fleetgui.runtime.tool_prompt import call_grammar, prompt_messages
+from fleetgui.runtime.tool_stream import ContentStream
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A request made ready to generate: the prompt, its configuration and token count, and
+    the tools it offered (how the answer's calls are read)."""
+
+    text: str
+    config: GenerationConfig
+    tokens: int
+    tools: ToolSpec | None = None
+    tool_format: ToolFormat = ToolFormat.GENERIC
+
+    @property
+    def offers_tools(self) -> bool:
+        return self.tools is not None and self.tools.active
+
+    def parse(self, text: str) -> ParsedAnswer | None:
+        """The answer's text and calls (None without tools: the text as it is)."""
+        if self.tools is None or not self.offers_tools:
+            return None
+        return parse_answer(text, self.tools, self.tool_format)
+
+    def content_stream(self) -> ContentStream | None:
+        if self.tools is None or not self.offers_tools:
+            return None
+        return ContentStream(self.tools, self.tool_format)
 
 
 class StreamOutcome(enum.StrEnum):
@@ -123,7 +164,8 @@ class ApiRoutes:
     ) -> web.StreamResponse:
         gen = parse(parse_json(await request.read()), self.served.name)
         # rendering and encoding run off the loop: a long chat takes milliseconds
-        prompt, config, n_prompt = await asyncio.to_thread(self._prompt, gen)
+        prepared = await asyncio.to_thread(self._prompt, gen)
+        prompt, config, n_prompt = prepared.text, prepared.config, prepared.tokens
         log.debug("%s prompt: %r", request.path, prompt)
         llm = self.served.llm
         limit = llm.context_limit
@@ -139,36 +181,57 @@ class ApiRoutes:
         answer = Answer(self.served.name, gen.is_chat, include_usage=gen.include_usage)
         async with self.admission.slot():
             if gen.stream:
-                return await self._stream(request, prompt, config, answer)
+                return await self._stream(request, replace(prepared, config=config), answer)
             try:
                 result = await llm.agenerate_result(prompt, config)
             except GenerationError as exc:
                 raise bad_request(str(exc)) from exc
         NOTE.get().tokens = len(result.token_ids)
-        return web.json_response(answer.complete(result))
+        return web.json_response(answer.complete(result, prepared.parse(result.text)))
 
-    def _prompt(self, gen: GenerationRequest) -> tuple[str, GenerationConfig, int]:
-        """The prompt text (a chat rendered as ``generate --chat`` renders it), the request's
-        configuration in the server's mode (its stop strings, then those the chat format needs)
-        and the prompt's tokens."""
+    def _prompt(self, gen: GenerationRequest) -> PreparedPrompt:
+        """The prompt text (a chat rendered as ``generate --chat`` renders it, with the tools
+        as the model's template shows them), the request's configuration in the server's mode
+        (its stop strings, then those the chat format needs; a grammar where a call must be
+        well formed) and the prompt's tokens."""
         llm = self.served.llm
         config = replace(gen.config, k=self.served.k)
         text = gen.prompt or ""
+        spec, fmt = gen.tools, ToolFormat.GENERIC
         if gen.messages is not None:
+            template = llm.prompter.template
+            fmt = tool_format(template.source, is_fallback=template.is_fallback)
+            messages = prompt_messages(gen.messages, spec or ToolSpec(()), fmt)
+            shown = None
+            if spec is not None and spec.active and fmt is not ToolFormat.GENERIC:
+                shown = [tool.as_openai() for tool in spec.callable]
             try:
-                text, config = llm.chat_prompt(gen.messages, config)
+                text, config = llm.chat_prompt(messages, config, tools=shown)
             except FleetguiError as exc:  # the template refused the conversation
                 raise bad_request(str(exc), param="messages") from exc
-        return text, config, len(llm.tokenizer.encode(text))
+            if spec is not None and spec.active:
+                grammar, schema = call_grammar(spec, fmt, config.json_schema)
+                config = replace(config, grammar=grammar, json_schema=schema)
+        try:  # a schema the grammar engine cannot use is the client's mistake, said up front
+            grammar = grammar_of(config)
+            if grammar is not None:
+                llm.tokenizer.grammar.check(grammar)
+        except FleetguiError as exc:
+            param = "tools" if spec is not None and spec.active else "response_format"
+            raise bad_request(str(exc), param=param) from exc
+        return PreparedPrompt(text, config, len(llm.tokenizer.encode(text)), spec, fmt)
 
     async def _stream(
-        self, request: web.Request, prompt: str, config: GenerationConfig, answer: Answer
+        self, request: web.Request, prepared: PreparedPrompt, answer: Answer
     ) -> web.StreamResponse:
         events = EventStream(request)
         result: GenerationResult | None = None
         tokens = 0
         note = NOTE.get()
-        items = self.served.llm.astream_result(prompt, config)
+        items = self.served.llm.astream_result(prepared.text, prepared.config)
+        # with tools offered, only what is surely text for the user goes out as it comes
+        content = prepared.content_stream()
+        answered = ""
         try:
             async with contextlib.aclosing(items):
                 await events.open()
@@ -179,8 +242,10 @@ class ApiRoutes:
                         if isinstance(item, TokenDelta):
                             tokens += len(item.token_ids)
                             note.tokens = tokens
-                            if item.text:
-                                await events.send(answer.chunk(item.text))
+                            answered += item.text
+                            text = content.update(answered) if content else item.text
+                            if text:
+                                await events.send(answer.chunk(text))
                         else:
                             result = item
                 except Exception as exc:  # after the headers: the error as an event
@@ -195,10 +260,31 @@ class ApiRoutes:
                     return events.response
             assert result is not None
             note.tokens = len(result.token_ids)
-            await events.send(answer.chunk("", finish=finish_reason(result)))
-            if answer.include_usage:
-                await events.send(answer.usage_chunk(result))
-            await events.done()
+            await _send_end(events, answer, result, prepared.parse(result.text), content)
         except ClientGoneError:
             note.outcome = StreamOutcome.CLIENT_LEFT
         return events.response
+
+
+async def _send_end(
+    events: EventStream,
+    answer: Answer,
+    result: GenerationResult,
+    parsed: ParsedAnswer | None,
+    content: ContentStream | None,
+) -> None:
+    """A streamed answer's last chunks: with tools, the text held back and the calls; the
+    finish reason, the usage if asked, and the end of the stream."""
+    finish = finish_reason(result)
+    if parsed is not None and content is not None:
+        rest = content.rest(parsed.content or "")
+        if rest:
+            await events.send(answer.chunk(rest))
+        for index, call in enumerate(parsed.calls):
+            await events.send(answer.tool_call_chunk(index, call))
+        if parsed.calls:
+            finish = "tool_calls"
+    await events.send(answer.chunk("", finish=finish))
+    if answer.include_usage:
+        await events.send(answer.usage_chunk(result))
+    await events.done()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_mask import TokenMask
 
 
 def _bad(path: str, why: str) -> ProtocolError:
@@ -77,7 +78,17 @@ def _uniforms(obj: Mapping[str, Any], key: str) -> list[float]:
 
 
 def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndarray]]:
-    """The JSON form of ``head`` and the tensors it needs (draft distributions)."""
+    """The JSON form of ``head`` and the tensors it needs (draft distributions, then its token
+    mask if it has one)."""
+    meta, tensors = _head_fields(head)
+    mask = getattr(head, "mask", None)
+    if meta is not None and mask is not None:
+        meta["mask"] = True  # absent: an older worker reads the message as before
+        tensors.append(mask.bits.view(np.int32))
+    return meta, tensors
+
+
+def _head_fields(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndarray]]:
     match head:
         case None:
             return None, []
@@ -134,11 +145,34 @@ def _params_from(meta: Any) -> GenerationConfig:
     return config
 
 
+def _mask_from(bits: np.ndarray, rows: int) -> TokenMask:
+    """The token mask tensor of a head deciding ``rows`` positions, checked."""
+    if bits.dtype != np.int32 or bits.ndim != 2 or bits.shape[0] != rows:
+        raise _bad("head.mask", f"need int32 [{rows}, words], got {bits.dtype} {bits.shape}")
+    try:
+        return TokenMask(bits)
+    except ValueError as exc:
+        raise _bad("head.mask", str(exc)) from None
+
+
 def _head_from(meta: Any, extra: tuple[np.ndarray, ...]) -> HeadOp | None:
     if meta is None:
         return None
     if not isinstance(meta, dict):
         raise _bad("head", "need an object or null")
+    masked = meta.get("mask", False)
+    if not isinstance(masked, bool) or (masked and not extra):
+        raise _bad("head.mask", "need true with a mask tensor last, or absent")
+    head = _unmasked_head_from(meta, extra[:-1] if masked else extra)
+    if not masked:
+        return head
+    if isinstance(head, LogitsHead | None):
+        raise _bad("head.mask", "only a head that chooses tokens takes a mask")
+    drafts = getattr(head, "drafts", ())
+    return replace(head, mask=_mask_from(extra[-1], len(drafts) + 1))
+
+
+def _unmasked_head_from(meta: dict[str, Any], extra: tuple[np.ndarray, ...]) -> HeadOp | None:
     kind = meta.get("kind")
     if kind == "greedy" and not extra:
         return GreedyHead()
@@ -323,6 +357,8 @@ def encode_decode(
     """The frames of a DECODE message carrying ``steps``."""
     if not 1 <= len(steps.heads) <= MAX_DECODE_STEPS:
         raise ValueError(f"a DECODE runs 1 to {MAX_DECODE_STEPS} steps, not {len(steps.heads)}")
+    if any(head.mask is not None for head in steps.heads):  # it depends on the tokens before
+        raise ValueError("a constrained answer's steps go one FORWARD at a time, not in a DECODE")
     meta = {
         **(extra_meta or {}),
         "token": steps.token,

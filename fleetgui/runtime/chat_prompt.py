@@ -80,10 +80,11 @@ class ChatPrompter:
     def stop_strings(self) -> tuple[str, ...]:
         return self.template.stop_strings
 
-    def text(self, messages: Messages) -> str:
+    def text(self, messages: Messages, **variables: Any) -> str:
         """The conversation rendered with the generation prompt, ready for the tokenizer: a
-        BOS the template writes is left out when the tokenizer adds one itself (never two)."""
-        rendered = self.template.render(messages, add_generation_prompt=True)
+        BOS the template writes is left out when the tokenizer adds one itself (never two).
+        ``variables`` reach the template (``tools``)."""
+        rendered = self.template.render(messages, add_generation_prompt=True, **variables)
         bos = self.template.bos_token
         if self.adds_bos and bos and rendered.startswith(bos):
             rendered = rendered[len(bos) :]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.constraint import ConstraintError, grammar_of_schema
 
 if TYPE_CHECKING:
     from fleetgui.runtime.metrics import MetricsBus
@@ -76,6 +77,18 @@ async def final_result(
     return result
 
 
+def grammar_of(config: GenerationConfig) -> str | None:
+    """The grammar ``config`` constrains its answer with (None: unconstrained)."""
+    if config.grammar is not None:
+        return config.grammar
+    if config.json_schema is None:
+        return None
+    try:
+        return grammar_of_schema(config.json_schema)
+    except ConstraintError as exc:
+        raise GenerationError(str(exc)) from exc
+
+
 def check_request(
     prompt: str,
     config: GenerationConfig,
@@ -98,6 +111,12 @@ def check_request(
             "speculative decoding needs a draft model or the n-gram drafter: pass "
             "--draft DRAFT_EXPORT_DIR or --draft ngram"
         )
+    grammar = grammar_of(config)
+    if grammar is not None:
+        try:
+            tokenizer.grammar.check(grammar)
+        except ConstraintError as exc:
+            raise GenerationError(str(exc)) from exc
     ids = tokenizer.encode(prompt)
     if len(ids) >= context_limit:
         raise GenerationError(

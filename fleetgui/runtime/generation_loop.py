@@ -37,6 +37,9 @@ async def stream_steps(
             raise GenerationError("speculative decoding needs a draft model")
         while True:
             yield await speculative_step(stream, target, drafter, streams=generating())
+    if stream.constraint is not None:  # each step's mask follows the token before it
+        while True:
+            yield (await target.run(stream, [], stream.plain_head())).tokens
     async with contextlib.aclosing(target.decode_run(stream)) as plain:
         async for tokens in plain:  # closed with this one: a step under way is waited for
             yield tokens

@@ -1,5 +1,6 @@
 """Run a ``HeadOp`` on the last stage's outputs: greedy picks read the compact top-1 output,
-sampling and speculative sampling read the logits, and only token ids come back."""
+sampling and speculative sampling read the logits, and only token ids come back. A head with
+a token mask (a constrained answer) reads the logits and chooses among the allowed tokens."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_mask import TokenMask
 from fleetgui.runtime.verification import verify_greedy, verify_sampling
 
 
@@ -26,25 +28,33 @@ def _top1(request: Any, last: int, has_top1: bool) -> np.ndarray:
     return np.asarray(request.get_tensor("logits").data[0, -last:].argmax(-1))
 
 
-def _logits(request: Any, last: int) -> np.ndarray:
-    return np.asarray(request.get_tensor("logits").data[0, -last:])
+def _logits(request: Any, last: int, mask: TokenMask | None = None) -> np.ndarray:
+    logits = np.asarray(request.get_tensor("logits").data[0, -last:])
+    return logits if mask is None else mask.apply(logits)
+
+
+def _greedy(request: Any, last: int, has_top1: bool, mask: TokenMask | None) -> np.ndarray:
+    """The argmax of the last ``last`` positions, among the allowed tokens if ``mask``."""
+    if mask is None:
+        return _top1(request, last, has_top1)
+    return _logits(request, last, mask).argmax(-1)
 
 
 def run_head(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], int]:
     """The new tokens and the number of accepted drafts for ``head`` on ``request``'s outputs
     (``has_top1``: the model has the compact ``top1_ids`` output)."""
     if isinstance(head, GreedyHead):
-        return [int(_top1(request, 1, has_top1)[0])], 0
+        return [int(_greedy(request, 1, has_top1, head.mask)[0])], 0
     if isinstance(head, SampleHead):
-        probs = probabilities(_logits(request, 1)[0], head.config)
+        probs = probabilities(_logits(request, 1, head.mask)[0], head.config)
         return [sample(probs, head.u)], 0
     if isinstance(head, VerifyGreedyHead):
-        accepted, tokens = verify_greedy(
-            _top1(request, len(head.drafts) + 1, has_top1), head.drafts
-        )
+        top1 = _greedy(request, len(head.drafts) + 1, has_top1, head.mask)
+        accepted, tokens = verify_greedy(top1, head.drafts)
         return tokens, accepted
     if isinstance(head, VerifySampleHead):
-        probs = probabilities(_logits(request, len(head.drafts) + 1), head.config)
+        logits = _logits(request, len(head.drafts) + 1, head.mask)
+        probs = probabilities(logits, head.config)
         accepted, tokens = verify_sampling(
             probs, head.drafts, head.draft_dists, head.u_accept, head.u_resample
         )

@@ -25,6 +25,7 @@ from fleetgui.runtime.generation import (
     TokenDelta,
     check_request,
     final_result,
+    grammar_of,
 )
 from fleetgui.runtime.generation_loop import StreamGeneration, stream_steps
 from fleetgui.runtime.kv_budget import KvHeld
@@ -199,6 +200,9 @@ class Pipeline:
             auto_k=self._k_memory.new_chooser(self.new_auto_k),
         )
         stream.committed = list(prompt_ids)
+        grammar = grammar_of(config)
+        if grammar is not None:
+            stream.constraint = self.tokenizer.grammar.constraint(grammar)
         if taken is not None:
             parked, shared = taken
             if parked.drafter is not None and parked.drafter is not drafter:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import SpeculationRound
 from fleetgui.runtime.speculative import Drafter, Proposal
@@ -44,7 +42,7 @@ async def speculative_step(
     if not proposal.drafts:  # e.g. no n-gram match: nothing to verify, not a round
         return await plain_step(stream, target)
     k = len(proposal.drafts)  # a drafter may propose fewer than asked
-    head = _verify_head(config, proposal, stream.rng)
+    head = _verify_head(config, proposal, stream)
     started = time.perf_counter()
     result = await target.run(stream, proposal.drafts, head)
     verify_ms = (time.perf_counter() - started) * 1000
@@ -77,16 +75,20 @@ async def plain_step(stream: StreamState, target: TargetPasses) -> list[int]:
     return result.tokens
 
 
-def _verify_head(config: GenerationConfig, proposal: Proposal, rng: np.random.Generator) -> HeadOp:
+def _verify_head(config: GenerationConfig, proposal: Proposal, stream: StreamState) -> HeadOp:
     """The head that judges ``proposal``'s drafts: greedy, or speculative sampling with this
-    round's uniforms (drawn from the stream's ``rng`` after the proposal's)."""
+    round's uniforms (drawn from the stream's generator after the proposal's); with the
+    grammar's masks along the drafts when the answer is constrained."""
+    drafts = tuple(proposal.drafts)
+    mask = stream.constraint.mask(drafts) if stream.constraint is not None else None
     if config.greedy:
-        return VerifyGreedyHead(tuple(proposal.drafts))
-    u_accept, u_resample = uniforms_for_round(rng, len(proposal.drafts))
+        return VerifyGreedyHead(drafts, mask)
+    u_accept, u_resample = uniforms_for_round(stream.rng, len(drafts))
     return VerifySampleHead(
         config,
-        tuple(proposal.drafts),
+        drafts,
         tuple(proposal.dists),
         tuple(float(u) for u in u_accept),
         float(u_resample),
+        mask,
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.head import SparseDist
+from fleetgui.runtime.token_mask import TokenMask
 from fleetgui.shard import Shard
 
 # Short work may run on the event loop's thread instead of going to a worker thread and back,
@@ -43,6 +44,8 @@ def fits_inline(expected_ms: float | None, budget_ms: float) -> bool:
 class GreedyHead:
     """Return the argmax token at the last position (prefill, plain decode)."""
 
+    mask: TokenMask | None = None  # a constrained answer: the tokens it may take
+
 
 @dataclass(frozen=True, slots=True)
 class SampleHead:
@@ -50,6 +53,7 @@ class SampleHead:
 
     config: GenerationConfig  # the head reads its sampling fields
     u: float
+    mask: TokenMask | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,7 @@ class VerifyGreedyHead:
     """Speculative verification of ``drafts`` (the last ``len(drafts)`` positions) by argmax."""
 
     drafts: tuple[int, ...]
+    mask: TokenMask | None = None  # a row per position: now, then after each draft
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,7 @@ class VerifySampleHead:
     draft_dists: tuple[SparseDist, ...]
     u_accept: tuple[float, ...]
     u_resample: float
+    mask: TokenMask | None = None  # a row per position: now, then after each draft
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import numpy as np
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.auto_k import AutoK
+from fleetgui.runtime.constraint import TokenConstraint
 from fleetgui.runtime.generation import FinishReason
 from fleetgui.runtime.sequence import FedTokens
 from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
@@ -34,6 +35,7 @@ class StreamState:
     keep: int | None = 0
     compact_first: bool = True
     cached: int = 0  # prompt tokens whose KV was kept from an earlier request
+    constraint: TokenConstraint | None = None  # a grammar the answer follows (structured output)
 
     @property
     def generated(self) -> list[int]:
@@ -47,22 +49,31 @@ class StreamState:
         """The head of a step without drafts: greedy, or sampling with the stream's next
         uniform."""
         config = self.config
-        return GreedyHead() if config.greedy else SampleHead(config, float(self.rng.random()))
+        mask = self.constraint.mask() if self.constraint is not None else None
+        if config.greedy:
+            return GreedyHead(mask)
+        return SampleHead(config, float(self.rng.random()), mask)
 
     def commit(
         self, tokens: list[int], eos_ids: Collection[int]
     ) -> tuple[list[int], FinishReason | None]:
         """Append ``tokens`` up to EOS and the token limit; the tokens taken and the finish
-        reason (EOS, MAX_TOKENS, or None to go on)."""
+        reason (EOS, MAX_TOKENS, or None to go on). A constrained answer also ends, as at EOS,
+        once its grammar is complete and allows nothing else."""
         taken: list[int] = []
         limit = self.config.max_new_tokens
+        finish: FinishReason | None = None
         for token in tokens:
             if token in eos_ids:
-                self.committed += taken
-                return taken, FinishReason.EOS
+                finish = FinishReason.EOS
+                break
             taken.append(token)
             if len(self.generated) + len(taken) >= limit:
-                self.committed += taken
-                return taken, FinishReason.MAX_TOKENS
+                finish = FinishReason.MAX_TOKENS
+                break
         self.committed += taken
-        return taken, None
+        if self.constraint is not None:
+            self.constraint.accept(taken)
+            if finish is None and self.constraint.done:
+                finish = FinishReason.EOS
+        return taken, finish

@@ -22,6 +22,7 @@ import openvino as ov
 import openvino_tokenizers  # noqa: F401  (adds the tokenizer operations to every ov.Core)
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.constraint import GrammarEngine
 from fleetgui.runtime.special_tokens import end_of_turn_ids
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Tokenizer:
         self.eos_token_ids = _eos_ids(folder)
         self._fast = _fast_decoder(folder, self._ov_decode)
         self._fast_encode = _fast_encoder(self._fast, self._ov_encode)
+        self.grammar = GrammarEngine(folder, self.eos_token_ids)  # for constrained answers
 
     def encode(self, text: str) -> list[int]:
         if self._fast_encode is not None:

@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,22 +28,17 @@ import pytest
 from cli_support import run_cli
 from fleet_support import WorkerProcess, running_workers
 from gguf_support import CHATML
-from runtime_support import EXACT, export
+from runtime_support import export
+from serve_support import KEY, Served, fleet_args, in_process_server, serving, streamed_text
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("aiohttp")
 
 from fleetgui.api.keys import resolve_api_key  # noqa: E402
-from fleetgui.api.served import ServedModel, local_stage_streams  # noqa: E402
-from fleetgui.api.server import ApiServer, ServerConfig  # noqa: E402
-from fleetgui.runtime.loader import load_local_pipeline  # noqa: E402
-from fleetgui.runtime.route import LocalRoute  # noqa: E402
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of  # noqa: E402
 
-KEY = "sk-test-4f1b2c"
 QUESTION = "Tell me about the old lighthouse keeper."
 N_TOKENS = 24
-READY_TIMEOUT_S = 120.0
 T = TypeVar("T")
 
 
@@ -76,13 +66,6 @@ def workers(live_workers: list[WorkerProcess]) -> list[WorkerProcess]:
     return live_workers[:2]
 
 
-def _fleet_args(workers: list[WorkerProcess], identity_dir: Path) -> list[str]:
-    return [
-        "--workers", ",".join(w.address for w in workers), "--identity", str(identity_dir),
-        "--precision", "f32", "--threads", "1",
-    ]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def reference(
     chat_export: Path, workers: list[WorkerProcess], identity_dir: Path, root: Path
@@ -90,70 +73,10 @@ def reference(
     """``fleetgui generate --chat`` on the same workers (run before the server deploys)."""
     run = run_cli(
         root / "home", "generate", str(chat_export), "--chat", "--prompt", QUESTION, "--json",
-        "--max-new-tokens", str(N_TOKENS), *_fleet_args(workers, identity_dir),
+        "--max-new-tokens", str(N_TOKENS), *fleet_args(workers, identity_dir),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.splitlines()[0])
-
-
-@dataclass
-class Served:
-    process: subprocess.Popen[str]
-    url: str
-    name: str
-    log: Path
-    printed: str = ""  # what it printed before it was ready
-
-    def client(self, key: str = KEY, **options: Any) -> Any:
-        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, **options)
-
-    def health(self) -> dict[str, Any]:
-        request = urllib.request.Request(
-            self.url.removesuffix("/v1") + "/health", headers={"Authorization": f"Bearer {KEY}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.loads(answer.read())
-
-
-@contextmanager
-def serving(home: Path, export_dir: Path, *args: str) -> Iterator[Served]:
-    """A ``fleetgui serve`` process on a free port; SIGTERM after (it must exit 0)."""
-    home.mkdir(parents=True, exist_ok=True)
-    log = home / "serve.log"
-    env = {**os.environ, "FLEETGUI_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fleetgui", "serve", str(export_dir), "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=open(log, "w"),  # noqa: SIM115
-        text=True,
-        env=env,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    ready = None
-    printed: list[str] = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        ready = re.match(r"fleetgui serve: (\S+) at (http://\S+)", line)
-        if ready:
-            break
-        printed.append(line)
-    if ready is None:
-        process.kill()
-        process.wait(10)
-        pytest.fail(f"fleetgui serve did not start:\n{log.read_text()[-3000:]}")
-    try:
-        yield Served(process, ready.group(2), ready.group(1), log, "".join(printed))
-    finally:
-        process.terminate()
-        try:
-            code = process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait(10)
-        assert code == 0, log.read_text()[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +89,7 @@ def server(
 ) -> Iterator[Served]:
     # every stream is freed as it ends: the tests count what the stages hold (reuse: its own test)
     args = [
-        *_fleet_args(workers, identity_dir),
+        *fleet_args(workers, identity_dir),
         "--mode",
         "pp+mb",
         "--api-key",
@@ -186,20 +109,6 @@ def _chat(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _streamed_text(stream: Any) -> tuple[str, str | None, Any]:
-    """(text, finish_reason, usage) of a streamed chat completion."""
-    parts, finish, usage = [], None, None
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.delta.content:
-                parts.append(choice.delta.content)
-            if choice.finish_reason:
-                finish = choice.finish_reason
-    return "".join(parts), finish, usage
-
-
 # -- the fleet server ---------------------------------------------------------------------------
 
 
@@ -217,7 +126,7 @@ def test_chat_completions_equal_generate_chat_and_count_usage(
 ) -> None:
     client = server.client()
     whole = client.chat.completions.create(model=server.name, **_chat())
-    text, finish, usage = _streamed_text(
+    text, finish, usage = streamed_text(
         client.chat.completions.create(
             model=server.name, stream=True, stream_options={"include_usage": True}, **_chat()
         )
@@ -232,7 +141,7 @@ def test_chat_completions_equal_generate_chat_and_count_usage(
         assert counted.total_tokens == prompt_tokens + N_TOKENS
     # without include_usage a stream has no usage chunk
     assert (
-        _streamed_text(client.chat.completions.create(model=server.name, stream=True, **_chat()))[2]
+        streamed_text(client.chat.completions.create(model=server.name, stream=True, **_chat()))[2]
         is None
     )
     # the rendered chat prompt as a plain completion continues the same way
@@ -254,7 +163,7 @@ def test_a_stop_string_ends_the_answer_with_stop(server: Served, reference: dict
     whole = client.chat.completions.create(model=server.name, **_chat(stop=[stop]))
     assert whole.choices[0].message.content == text[:cut]
     assert whole.choices[0].finish_reason == "stop"
-    streamed, finish, _ = _streamed_text(
+    streamed, finish, _ = streamed_text(
         client.chat.completions.create(model=server.name, stream=True, **_chat(stop=stop))
     )
     assert (streamed, finish) == (text[:cut], "stop")
@@ -462,39 +371,6 @@ def test_the_api_key_can_come_from_the_os_keyring(
 # -- the queue behind --max-streams, in this process ----------------------------------------------
 
 
-@contextmanager
-def in_process_server(
-    export_dir: Path, *, kv_reuse: bool = False, **config: Any
-) -> Iterator[tuple[ApiServer, Callable]]:
-    """An ``ApiServer`` over an in-process pipeline, on an event loop in a thread; yields it
-    and a function running a coroutine on that loop. Without ``kv_reuse`` every stream is
-    freed as it ends (the tests watch the stages empty out)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def call(coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
-
-    async def start() -> ApiServer:
-        pipeline = load_local_pipeline(export_dir, config=replace(EXACT, kv_reuse=kv_reuse))
-        assert isinstance(pipeline.route, LocalRoute)
-        served = ServedModel(pipeline, "tiny", stage_streams=local_stage_streams(pipeline.route))
-        server = ApiServer(served, ServerConfig(port=0, **config))
-        await server.start()
-        return server
-
-    server = call(start())
-    try:
-        yield server, call
-    finally:
-        call(server.stop())
-        call(server.served.pipeline.close())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
 @pytest.mark.slow
 def test_beyond_the_streams_and_the_queue_a_request_gets_429(chat_model: Path, root: Path) -> None:
     export_dir = export(chat_model, root / "chat-2s", stages=2)
@@ -535,7 +411,7 @@ def test_smollm2_answers_and_stops_at_its_end_of_turn_as_generate_chat_does(
     smollm2 = smollm2_demo_export
     question = "What is the capital of France?"
     with running_workers(root / "smol", ["s1", "s2"], authorized_keys) as smol_workers:
-        fleet = _fleet_args(smol_workers, identity_dir)
+        fleet = fleet_args(smol_workers, identity_dir)
         run = run_cli(
             root / "home", "generate", str(smollm2), "--chat", "--prompt", question, "--json",
             "--max-new-tokens", "48", *fleet,
@@ -551,7 +427,7 @@ def test_smollm2_answers_and_stops_at_its_end_of_turn_as_generate_chat_does(
                 "max_tokens": 48,
             }
             whole = client.chat.completions.create(model=served.name, **body)
-            text, finish, usage = _streamed_text(
+            text, finish, usage = streamed_text(
                 client.chat.completions.create(
                     model=served.name,
                     stream=True,

@@ -14,8 +14,10 @@ import pytest
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.forward_codec import (
+    DecodeSteps,
     decode_forward,
     decode_result,
+    encode_decode,
     encode_forward,
     encode_result,
 )
@@ -50,6 +52,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_mask import TokenMask
 
 RNG = np.random.default_rng(0)
 PARAMS = GenerationConfig(temperature=0.7, top_k=40, top_p=0.9, seed=1234)
@@ -81,6 +84,13 @@ HEADS: dict[str, HeadOp | None] = {
     "verify-sample": VerifySampleHead(PARAMS, (2, 0), (DIST_A, DIST_A), (0.1, 0.9), 0.5),
     "verify-sample-mixed": VerifySampleHead(PARAMS, (2, 1), (DIST_A, DIST_B), (0.3, 0.2), 0.7),
     "verify-sample-k0": VerifySampleHead(PARAMS, (), (), (), 0.5),
+    # a constrained answer's heads carry a token mask row per position they decide
+    "greedy-masked": GreedyHead(TokenMask.allowing([[3, 40, 99]], 100)),
+    "sample-masked": SampleHead(PARAMS, 0.25, TokenMask.allowing([[0, 1]], 64)),
+    "verify-greedy-masked": VerifyGreedyHead((5, 7), TokenMask.allowing([[5], [7, 8], [1]], 40)),
+    "verify-sample-masked": VerifySampleHead(
+        PARAMS, (2, 0), (DIST_A, DIST_A), (0.1, 0.9), 0.5, TokenMask.allowing([[2], [0], [9]], 33)
+    ),
 }
 
 
@@ -91,13 +101,40 @@ HEADS: dict[str, HeadOp | None] = {
 def test_forward_request_round_trip(head: HeadOp | None, payload: np.ndarray) -> None:
     request = ForwardRequest(2**64 - 1, payload, rewind=3, compact=True, head=head)
     frames = encode_forward(request, request_id=77)
-    assert len(frames) == 1 + (1 if not isinstance(head, VerifySampleHead) else 3)
+    masked = getattr(head, "mask", None) is not None
+    assert len(frames) == 1 + (1 if not isinstance(head, VerifySampleHead) else 3) + masked
     decoded = decode_forward(wire(frames))
     assert decoded.stream_id == request.stream_id
     assert (decoded.rewind, decoded.compact, decoded.head) == (3, True, head)
     assert decoded.payload.dtype == payload.dtype
     np.testing.assert_array_equal(decoded.payload, payload)
     assert decode(wire(frames)).request_id == 77
+
+
+@pytest.mark.parametrize(
+    ("mask", "why"),
+    [
+        (np.zeros((2, 4), dtype=np.int32), "need int32 \\[1, words\\]"),  # a row too many
+        (np.zeros((1, 4), dtype=np.float32), "need int32"),
+        (np.zeros((1, 0), dtype=np.int32), "rows, words"),
+    ],
+)
+def test_a_mask_that_does_not_fit_its_head_is_refused(mask: np.ndarray, why: str) -> None:
+    frames = encode_forward(
+        ForwardRequest(1, tokens(1), head=GreedyHead(TokenMask.allowing([[1]], 8)))
+    )
+    message = decode(wire(frames))
+    forged = Message(message.op, 1, meta=message.meta, tensors=(message.tensors[0], mask))
+    with pytest.raises(ProtocolError, match=why):
+        decode_forward(wire(encode(forged)))
+    unmasked = Message(message.op, 1, meta=message.meta, tensors=message.tensors[:1])
+    with pytest.raises(ProtocolError, match=r"head\.mask"):
+        decode_forward(wire(encode(unmasked)))  # says a mask, sends none
+    with pytest.raises(ValueError, match="one FORWARD at a time"):
+        encode_decode(
+            DecodeSteps(1, 5, (GreedyHead(TokenMask.allowing([[1]], 8)),), frozenset()),
+            request_id=1,
+        )
 
 
 def test_speculative_positions_travel_as_one_tensor() -> None:

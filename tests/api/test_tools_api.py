@@ -1,0 +1,212 @@
+"""Function calling through ``fleetgui serve`` with the official ``openai`` client.
+
+The real SmolLM2 (2 fp32 stages, the last on a real worker process) has no tool syntax in its
+chat template, so it gets the generic tool prompt and a grammar: its calls always parse and
+their arguments validate against the function's schema, with ``tool_choice`` "required", a
+named function and "auto", streamed or not, and a conversation goes on after a tool's result. A
+tiny model given Qwen 2.5's template answers in Hermes ``<tool_call>`` blocks, parsed into the
+same calls. Bad tools are 400s naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from fleet_support import running_workers
+from runtime_support import export
+from serve_support import KEY, Served, fleet_args, in_process_server, serving
+
+openai = pytest.importorskip("openai")
+
+pytestmark = pytest.mark.slow
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 30},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The local time in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 30}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+N_TOKENS = 80
+
+
+@pytest.fixture(scope="module")
+def served(
+    smollm2_fp32_exports: dict[int, Path], root: Path, authorized_keys: Path, identity_dir: Path
+) -> Iterator[Served]:
+    with running_workers(root / "tool-workers", ["t1"], authorized_keys) as workers:
+        args = [*fleet_args(workers, identity_dir), "--mode", "pp+mb", "--api-key", KEY]
+        with serving(root / "tools-serve", smollm2_fp32_exports[2], *args) as server:
+            yield server
+
+
+def ask(served: Served, messages: list[dict[str, Any]] = ASK, **extra: Any) -> Any:
+    return served.client().chat.completions.create(
+        model=served.name, messages=messages, temperature=0, max_tokens=N_TOKENS, **extra
+    )
+
+
+def check_calls(calls: Any, names: set[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Each call's name and arguments, which must validate against its function's schema."""
+    out = []
+    for call in calls:
+        assert call.type == "function" and call.id
+        arguments = json.loads(call.function.arguments)
+        jsonschema.validate(arguments, SCHEMAS[call.function.name])
+        out.append((call.function.name, arguments))
+    assert out and (names is None or {n for n, _ in out} <= names)
+    return out
+
+
+def streamed(stream: Any) -> tuple[str, list[dict[str, Any]], str | None, int]:
+    """A streamed answer's text, its calls joined from their deltas as clients join them, its
+    finish reason, and how many chunks carried text."""
+    text, calls, finish, pieces = "", {}, None, 0
+    for chunk in stream:
+        for choice in chunk.choices:
+            if choice.delta.content:
+                text += choice.delta.content
+                pieces += 1
+            for delta in choice.delta.tool_calls or []:
+                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] += delta.id or ""
+                call["name"] += delta.function.name or ""
+                call["arguments"] += delta.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return text, [calls[i] for i in sorted(calls)], finish, pieces
+
+
+def test_required_and_named_calls_are_well_formed_streamed_or_not(served: Served) -> None:
+    required = ask(served, tools=TOOLS, tool_choice="required")
+    choice = required.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    check_calls(choice.message.tool_calls)
+    named = ask(
+        served,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        parallel_tool_calls=False,
+    )
+    (call,) = named.choices[0].message.tool_calls  # one call, not parallel
+    assert check_calls([call], {"get_time"})
+    text, calls, finish, _ = streamed(ask(served, tools=TOOLS, tool_choice="required", stream=True))
+    assert finish == "tool_calls" and text == ""
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == check_calls(
+        choice.message.tool_calls
+    )
+
+
+def test_auto_answers_or_calls_and_the_conversation_goes_on_after_a_result(
+    served: Served,
+) -> None:
+    first = ask(served, tools=TOOLS)
+    message = first.choices[0].message
+    if message.tool_calls:
+        check_calls(message.tool_calls)
+        calls = [c.model_dump() for c in message.tool_calls]
+    else:  # it answered in words: the next turn still carries an earlier call
+        assert message.content and first.choices[0].finish_reason == "stop"
+        calls = [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ]
+    history = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *(
+            {"role": "tool", "tool_call_id": c["id"], "content": '{"celsius": 18, "sky": "clear"}'}
+            for c in calls
+        ),
+    ]
+    second = ask(served, history, tools=TOOLS)
+    answer = second.choices[0].message
+    assert answer.content or answer.tool_calls
+    if answer.tool_calls:
+        check_calls(answer.tool_calls)
+    # streamed, "auto" sends the same answer, and words as they come
+    text, streamed_calls, finish, pieces = streamed(ask(served, history, tools=TOOLS, stream=True))
+    if answer.content:
+        assert text == answer.content and finish == "stop" and pieces > 1
+    else:
+        assert [c["name"] for c in streamed_calls] == [c.function.name for c in answer.tool_calls]
+    # "none": the tools are not shown, the answer is the one without tools
+    none = ask(served, tools=TOOLS, tool_choice="none")
+    without = ask(served)
+    assert none.choices[0].message.content == without.choices[0].message.content
+    assert not none.choices[0].message.tool_calls
+
+
+def test_bad_tools_are_400s_naming_the_field(served: Served) -> None:
+    cases = [
+        ({"tools": [{"type": "function", "function": {"description": "no name"}}]},
+         "tools[0].function.name"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice"),
+        ({"tools": [WEATHER, WEATHER]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+    ]  # fmt: skip
+    for extra, param in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            ask(served, **extra)
+        assert refused.value.body["param"] == param, refused.value.message
+
+
+@pytest.fixture(scope="module")
+def hermes_export(tiny_models: Callable[..., Path], root: Path) -> Path:
+    """The tiny Llama given Qwen 2.5's template: a model that calls in <tool_call> blocks."""
+    model = root / "hermes-model"
+    shutil.copytree(tiny_models("llama"), model)
+    shutil.copy(TEMPLATES / "qwen2.5.jinja", model / "chat_template.jinja")
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 2048  # room for Qwen's long tool prompt
+    (model / "config.json").write_text(json.dumps(config))
+    return export(model, root / "hermes-2s", stages=2)
+
+
+def test_a_model_with_a_tool_template_calls_in_its_own_syntax(hermes_export: Path) -> None:
+    with in_process_server(hermes_export) as (server, _):
+        client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+        body = {"model": "tiny", "messages": ASK, "temperature": 0, "max_tokens": 400}
+        tools = [TIME]
+        one = {"tools": tools, "tool_choice": "required", "parallel_tool_calls": False}
+        whole = client.chat.completions.create(**body, **one)
+        _, calls, finish, _ = streamed(client.chat.completions.create(**body, **one, stream=True))
+    choice = whole.choices[0]
+    assert choice.finish_reason == finish == "tool_calls"
+    named = check_calls(choice.message.tool_calls)
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == named
