@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 K_MIN, K_MAX = 1, 16  # draft tokens a speculative round may propose
+MAX_TOP_LOGPROBS = 20  # most likely alternatives a token's logprobs may list (OpenAI's limit)
 
 #: Speculative decoding: ``"off"``, ``"auto"`` (K chosen from the measured acceptance and
 #: timings), or a fixed number of draft tokens per round (:data:`K_MIN` to :data:`K_MAX`).
@@ -46,6 +47,8 @@ class GenerationConfig:
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
     # or any grammar: Lark syntax as llguidance reads it (``%json {...}`` embeds a schema)
     grammar: str | None = None
+    # report each answer token's log-probability and this many most likely alternatives (0-20)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # None meant "off" before speculation had an explicit off; lists come from JSON
@@ -86,6 +89,11 @@ class GenerationConfig:
             )
         if self.grammar is not None and not isinstance(self.grammar, str):
             raise ValueError(f"grammar must be Lark text, got {type(self.grammar).__name__}")
+        top = self.logprobs
+        if top is not None and (
+            isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS
+        ):
+            raise ValueError(f"logprobs must be None or 0 to {MAX_TOP_LOGPROBS}, got {top!r}")
         if self.grammar is not None and self.json_schema is not None:
             raise ValueError("give json_schema or grammar, not both (%json embeds a schema)")
 

@@ -162,20 +162,22 @@ class LLMPipeline:
         *,
         fit: bool = False,
         tools: list[dict[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> tuple[str, GenerationConfig]:
         """``messages`` (``[{"role": "user", "content": ...}]``) as the prompt text to generate
         from, rendered with the model's chat template, and :meth:`chat_config` of ``config``.
         With ``fit`` the oldest turns are left out while the prompt would not leave
         ``config.max_new_tokens`` in the context. ``tools``: function definitions (OpenAI's
-        form) the model's template shows it. Renders and encodes: async callers run it in a
-        thread."""
+        form) the model's template shows it. ``continue_final``: the answer continues the last
+        message (the assistant's) instead of starting a new one. Renders and encodes: async
+        callers run it in a thread."""
         config = self.chat_config(config)
         if tools:  # as the model's template shows tools (fitting keeps every turn then)
-            return self.prompter.text(messages, tools=tools), config
+            return self.prompter.text(messages, tools=tools, continue_final=continue_final), config
         if not fit:
-            return self.prompter.text(messages), config
+            return self.prompter.text(messages, continue_final=continue_final), config
         budget = self.context_limit - config.max_new_tokens
-        prompt = self.prompter.fit(messages, budget)
+        prompt = self.prompter.fit(messages, budget, continue_final=continue_final)
         if prompt.dropped:
             log.info(
                 "chat: %d oldest message(s) left out to fit the context (%d tokens)",

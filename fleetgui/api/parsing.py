@@ -17,7 +17,7 @@ from typing import Any
 
 from fleetgui.api.errors import ApiError, bad_request
 from fleetgui.api.tool_fields import parse_calls, parse_tools
-from fleetgui.generation_config import GenerationConfig
+from fleetgui.generation_config import MAX_TOP_LOGPROBS, GenerationConfig
 from fleetgui.runtime.tool_calls import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     tools: ToolSpec | None = None  # functions the model may call (chat only)
+    continue_final: bool = False  # the answer continues the last (assistant) message
 
     @property
     def is_chat(self) -> bool:
@@ -105,7 +106,18 @@ def parse_chat(body: Mapping[str, Any], served: str) -> GenerationRequest:
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"))
     request = _request(body, model, max_tokens, messages=messages, prompt=None)
-    return replace(request, tools=parse_tools(body))
+    last = messages[-1]
+    # a chat ending with the assistant's message asks for more of it (Open WebUI's "Continue
+    # response"); continue_final_message (vLLM's field) says so either way
+    continues = last["role"] == "assistant" and not last.get("tool_calls")
+    continues = _bool(body, "continue_final_message", continues)
+    if continues and (last["role"] != "assistant" or last.get("tool_calls")):
+        raise bad_request(
+            "'continue_final_message' needs the last message to be the assistant's text",
+            param="continue_final_message",
+        )
+    config = replace(request.config, logprobs=_chat_logprobs(body))
+    return replace(request, config=config, tools=parse_tools(body), continue_final=continues)
 
 
 def parse_completion(body: Mapping[str, Any], served: str) -> GenerationRequest:
@@ -124,7 +136,37 @@ def parse_completion(body: Mapping[str, Any], served: str) -> GenerationRequest:
     if not prompt.strip():
         raise bad_request("'prompt' is empty: give some text to continue", param="prompt")
     max_tokens = _max_tokens(body, ("max_tokens",)) or COMPLETIONS_DEFAULT_MAX_TOKENS
-    return _request(body, model, max_tokens, messages=None, prompt=prompt)
+    request = _request(body, model, max_tokens, messages=None, prompt=prompt)
+    return replace(request, config=replace(request.config, logprobs=_completion_logprobs(body)))
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Chat's ``logprobs`` (true: each token's log-probability) and ``top_logprobs`` (that many
+    most likely alternatives, 0-20, with ``logprobs`` only): the head's count, None for off."""
+    asked = _bool(body, "logprobs", False)
+    top = body.get("top_logprobs")
+    if top is None:
+        return 0 if asked else None
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad_request(
+            f"'top_logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="top_logprobs"
+        )
+    if not asked:
+        raise bad_request("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return top
+
+
+def _completion_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Completions' ``logprobs``: the number of most likely alternatives to list (0: only the
+    chosen tokens'), None for off."""
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise bad_request(
+            f"'logprobs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="logprobs"
+        )
+    return value
 
 
 # -- fields ----------------------------------------------------------------------------------
@@ -167,8 +209,6 @@ def _refuse_unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
     n = body.get("n", 1)
     if n != 1 or isinstance(n, bool):
         raise bad_request(f"'n' must be 1 (one choice per request), got {n!r}", param="n")
-    if body.get("logprobs") not in (None, False, 0):
-        raise bad_request("'logprobs' is not supported", param="logprobs")
     if not chat:
         if body.get("echo"):
             raise bad_request("'echo' is not supported", param="echo")

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgui.runtime.generation import FinishReason, GenerationResult
+from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.tool_calls import ParsedAnswer, ToolCall
 
 #: The pipeline's finish reasons as OpenAI names them: an end-of-turn token or a stop string
@@ -38,6 +41,14 @@ def usage(result: GenerationResult) -> dict[str, Any]:
     }
 
 
+def _chat_entry(lp: TokenLogprob, text: Callable[[int], str]) -> dict[str, Any]:
+    def item(token: int, logprob: float) -> dict[str, Any]:
+        piece = text(token)
+        return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
+
+    return {**item(lp.token, lp.logprob), "top_logprobs": [item(i, v) for i, v in lp.top]}
+
+
 def model_object(name: str, created: int) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
 
@@ -49,6 +60,8 @@ class Answer:
     model: str
     chat: bool
     include_usage: bool = False  # then every chunk but the usage one says "usage": null
+    # the request asked for log-probabilities: each token's text comes from this
+    token_text: Callable[[int], str] | None = None
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -76,7 +89,7 @@ class Answer:
             choice: dict[str, Any] = {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": self.logprobs(result.logprobs),
                 "finish_reason": finish,
             }
             head = self._head("chat.completion")
@@ -84,7 +97,7 @@ class Answer:
             choice = {
                 "index": 0,
                 "text": result.text,
-                "logprobs": None,
+                "logprobs": self.logprobs(result.logprobs),
                 "finish_reason": finish_reason(result),
             }
             head = self._head("text_completion")
@@ -92,8 +105,16 @@ class Answer:
 
     # -- chunks -------------------------------------------------------------------------------
 
-    def chunk(self, text: str, *, first: bool = False, finish: str | None = None) -> dict[str, Any]:
-        """A streamed piece of text (a chat's first chunk also carries the role)."""
+    def chunk(
+        self,
+        text: str,
+        *,
+        first: bool = False,
+        finish: str | None = None,
+        logprobs: Sequence[TokenLogprob] = (),
+    ) -> dict[str, Any]:
+        """A streamed piece of text (a chat's first chunk also carries the role), with its
+        tokens' log-probabilities when they were asked for."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
             if not first and (text or finish is None):
@@ -103,12 +124,29 @@ class Answer:
         else:
             choice = {"index": 0, "text": text}
             head = self._head("text_completion")
-        choice["logprobs"] = None
+        choice["logprobs"] = self.logprobs(logprobs) if logprobs else None
         choice["finish_reason"] = finish
         out = {**head, "choices": [choice], "system_fingerprint": None}
         if self.include_usage:
             out["usage"] = None
         return out
+
+    def logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+        """OpenAI's ``logprobs`` object for these tokens (None when not asked for): chat's
+        ``content`` list, or completions' parallel lists."""
+        text = self.token_text
+        if text is None:
+            return None
+        if self.chat:
+            return {"content": [_chat_entry(lp, text) for lp in logprobs], "refusal": None}
+        texts = [text(lp.token) for lp in logprobs]
+        offsets = list(itertools.accumulate((len(t) for t in texts[:-1]), initial=0))
+        return {
+            "tokens": texts,
+            "token_logprobs": [lp.logprob for lp in logprobs],
+            "top_logprobs": [{text(i): v for i, v in lp.top} for lp in logprobs],
+            "text_offset": offsets if texts else [],
+        }
 
     def tool_call_chunk(self, index: int, call: ToolCall) -> dict[str, Any]:
         """A streamed call: its id, name and arguments in one delta (OpenAI may split the

@@ -34,6 +34,7 @@ from fleetgui.runtime.generation import (
     TokenDelta,
     grammar_of,
 )
+from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.tool_calls import (
     ParsedAnswer,
     ToolFormat,
@@ -178,7 +179,13 @@ class ApiRoutes:
                 code="context_length_exceeded",
             )
         config = replace(config, max_new_tokens=gen.max_tokens or limit - n_prompt)
-        answer = Answer(self.served.name, gen.is_chat, include_usage=gen.include_usage)
+        token_text = None
+        if config.logprobs is not None:
+            decode = llm.tokenizer.decode
+            token_text = lambda token: decode([token])  # noqa: E731
+        answer = Answer(
+            self.served.name, gen.is_chat, include_usage=gen.include_usage, token_text=token_text
+        )
         async with self.admission.slot():
             if gen.stream:
                 return await self._stream(request, replace(prepared, config=config), answer)
@@ -206,7 +213,9 @@ class ApiRoutes:
             if spec is not None and spec.active and fmt is not ToolFormat.GENERIC:
                 shown = [tool.as_openai() for tool in spec.callable]
             try:
-                text, config = llm.chat_prompt(messages, config, tools=shown)
+                text, config = llm.chat_prompt(
+                    messages, config, tools=shown, continue_final=gen.continue_final
+                )
             except FleetguiError as exc:  # the template refused the conversation
                 raise bad_request(str(exc), param="messages") from exc
             if spec is not None and spec.active:
@@ -232,6 +241,7 @@ class ApiRoutes:
         # with tools offered, only what is surely text for the user goes out as it comes
         content = prepared.content_stream()
         answered = ""
+        held: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
         try:
             async with contextlib.aclosing(items):
                 await events.open()
@@ -243,9 +253,11 @@ class ApiRoutes:
                             tokens += len(item.token_ids)
                             note.tokens = tokens
                             answered += item.text
+                            held += item.logprobs
                             text = content.update(answered) if content else item.text
                             if text:
-                                await events.send(answer.chunk(text))
+                                await events.send(answer.chunk(text, logprobs=held))
+                                held = []
                         else:
                             result = item
                 except Exception as exc:  # after the headers: the error as an event
@@ -260,7 +272,10 @@ class ApiRoutes:
                     return events.response
             assert result is not None
             note.tokens = len(result.token_ids)
-            await _send_end(events, answer, result, prepared.parse(result.text), content)
+            parsed = prepared.parse(result.text)
+            await _send_end(
+                events, answer, result=result, parsed=parsed, content=content, held=held
+            )
         except ClientGoneError:
             note.outcome = StreamOutcome.CLIENT_LEFT
         return events.response
@@ -269,9 +284,11 @@ class ApiRoutes:
 async def _send_end(
     events: EventStream,
     answer: Answer,
+    *,
     result: GenerationResult,
     parsed: ParsedAnswer | None,
     content: ContentStream | None,
+    held: list[TokenLogprob],
 ) -> None:
     """A streamed answer's last chunks: with tools, the text held back and the calls; the
     finish reason, the usage if asked, and the end of the stream."""
@@ -284,7 +301,7 @@ async def _send_end(
             await events.send(answer.tool_call_chunk(index, call))
         if parsed.calls:
             finish = "tool_calls"
-    await events.send(answer.chunk("", finish=finish))
+    await events.send(answer.chunk("", finish=finish, logprobs=held))
     if answer.include_usage:
         await events.send(answer.usage_chunk(result))
     await events.done()

@@ -33,7 +33,9 @@ DESCRIPTION = (
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("f32", "bf16", "f16", "auto")
-MB_DEFAULT_STREAMS = 4  # --max-streams in the +mb modes; the others default to one at a time
+#: --max-streams in every mode: several requests generate at once (a chat UI's background
+#: requests beside its user's), each stream's steps interleaved through the stages
+DEFAULT_STREAMS = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-streams",
         type=int,
         metavar="N",
-        help=f"requests generating at once (default {MB_DEFAULT_STREAMS} in pp+mb and "
-        "pp+sd+mb, else 1); up to 4N more wait",
+        help=f"requests generating at once (default {DEFAULT_STREAMS}); up to 4N more wait",
     )
     parser.add_argument(
         "--layout",
@@ -110,7 +111,7 @@ async def _serve(args: argparse.Namespace) -> int:
     k = _k(args.k)
     max_streams = args.max_streams
     if max_streams is None:
-        max_streams = MB_DEFAULT_STREAMS if mode.interleaved else 1
+        max_streams = DEFAULT_STREAMS
     if args.layout != "pipeline" and not args.workers:
         raise FleetguiError(f"--layout {args.layout} places the model on workers: give --workers")
     api_key, created = resolve_api_key(args.api_key)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetgui.generation_config import GenerationConfig
+from fleetgui.generation_config import MAX_TOP_LOGPROBS, GenerationConfig
 from fleetgui.net.protocol import (
     DEFAULT_LIMITS,
     ErrorCode,
@@ -38,6 +38,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_logprobs import LOGPROB_FLOOR, TokenLogprob
 from fleetgui.runtime.token_mask import TokenMask
 
 
@@ -85,6 +86,9 @@ def _head_meta(head: HeadOp | None) -> tuple[dict[str, Any] | None, list[np.ndar
     if meta is not None and mask is not None:
         meta["mask"] = True  # absent: an older worker reads the message as before
         tensors.append(mask.bits.view(np.int32))
+    top = getattr(head, "logprobs", None)
+    if meta is not None and top is not None:
+        meta["logprobs"] = top
     return meta, tensors
 
 
@@ -164,12 +168,16 @@ def _head_from(meta: Any, extra: tuple[np.ndarray, ...]) -> HeadOp | None:
     if not isinstance(masked, bool) or (masked and not extra):
         raise _bad("head.mask", "need true with a mask tensor last, or absent")
     head = _unmasked_head_from(meta, extra[:-1] if masked else extra)
-    if not masked:
+    asks = meta.get("logprobs") is not None
+    if not (masked or asks):
         return head
     if isinstance(head, LogitsHead | None):
-        raise _bad("head.mask", "only a head that chooses tokens takes a mask")
-    drafts = getattr(head, "drafts", ())
-    return replace(head, mask=_mask_from(extra[-1], len(drafts) + 1))
+        raise _bad("head", "only a head that chooses tokens takes a mask or logprobs")
+    if asks:
+        head = replace(head, logprobs=_int(meta, "logprobs", 0, MAX_TOP_LOGPROBS))
+    if masked:
+        head = replace(head, mask=_mask_from(extra[-1], len(getattr(head, "drafts", ())) + 1))
+    return head
 
 
 def _unmasked_head_from(meta: dict[str, Any], extra: tuple[np.ndarray, ...]) -> HeadOp | None:
@@ -290,13 +298,17 @@ def encode_result(
     named = [("payload", result.payload), ("logits", result.logits)]
     roles = [name for name, value in named if value is not None]
     tensors = tuple(np.asarray(value) for _, value in named if value is not None)
-    meta = {
+    meta: dict[str, Any] = {
         "tokens": [int(t) for t in result.tokens],
         "accepted": int(result.accepted),
         "compute_ms": {str(int(k)): float(v) for k, v in result.compute_ms.items()},
         "tensors": roles,
         **(extra_meta or {}),
     }
+    if result.logprobs:  # [token, logprob, [[id, logprob], ...]] per token
+        meta["logprobs"] = [
+            [lp.token, lp.logprob, [[i, v] for i, v in lp.top]] for lp in result.logprobs
+        ]
     return encode(Message(Op.RESULT, result.stream_id, request_id, flags, meta, tensors), limits)
 
 
@@ -310,14 +322,48 @@ def result_from_message(message: Message) -> ForwardResult:
     ):
         raise _bad("tensors", f"bad tensor roles {roles!r} for {len(message.tensors)} tensors")
     arrays = dict(zip(roles, message.tensors, strict=True))
+    tokens = _ints(message.meta, "tokens")
     return ForwardResult(
         message.stream_id,
         arrays.get("payload"),
-        _ints(message.meta, "tokens"),
+        tokens,
         _int(message.meta, "accepted", 0, 2**31),
         arrays.get("logits"),
         compute_ms_from(message.meta),
+        _logprobs_from(message.meta.get("logprobs"), tokens),
     )
+
+
+def _logprob(value: Any, path: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (LOGPROB_FLOOR <= value <= 0)
+    ):
+        raise _bad(path, f"need a log-probability in [{LOGPROB_FLOOR}, 0], got {value!r}"[:200])
+    return float(value)
+
+
+def _logprobs_from(raw: Any, tokens: list[int]) -> tuple[TokenLogprob, ...]:
+    """A result's log-probabilities: one entry per token it returns, each checked."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) != len(tokens):
+        raise _bad("logprobs", "need one [token, logprob, top] entry per returned token")
+    out = []
+    for entry, token in zip(raw, tokens, strict=True):
+        if not isinstance(entry, list) or len(entry) != 3 or entry[0] != token:
+            raise _bad("logprobs", "an entry is not [its token, logprob, top]")
+        top = entry[2]
+        if not isinstance(top, list) or len(top) > MAX_TOP_LOGPROBS:
+            raise _bad("logprobs", f"top needs at most {MAX_TOP_LOGPROBS} [id, logprob] pairs")
+        pairs = []
+        for pair in top:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
+                raise _bad("logprobs", "a top entry is not [id, logprob]")
+            pairs.append((pair[0], _logprob(pair[1], "logprobs")))
+        out.append(TokenLogprob(token, _logprob(entry[1], "logprobs"), tuple(pairs)))
+    return tuple(out)
 
 
 def compute_ms_from(meta: Mapping[str, Any]) -> dict[int, float]:
@@ -357,8 +403,11 @@ def encode_decode(
     """The frames of a DECODE message carrying ``steps``."""
     if not 1 <= len(steps.heads) <= MAX_DECODE_STEPS:
         raise ValueError(f"a DECODE runs 1 to {MAX_DECODE_STEPS} steps, not {len(steps.heads)}")
-    if any(head.mask is not None for head in steps.heads):  # it depends on the tokens before
-        raise ValueError("a constrained answer's steps go one FORWARD at a time, not in a DECODE")
+    if any(head.mask is not None or head.logprobs is not None for head in steps.heads):
+        # a mask depends on the tokens before; log-probabilities go with each step's token
+        raise ValueError(
+            "a constrained answer's or logprobs' steps go one FORWARD at a time, not in a DECODE"
+        )
     meta = {
         **(extra_meta or {}),
         "token": steps.token,

@@ -55,6 +55,25 @@ def tokenizer_adds_bos(encode: Encode, bos_token: str | None) -> bool:
     return bool(plain) and len(marked) >= 2 and plain[0] == marked[0] == marked[1]
 
 
+def open_final_message(rendered: str, final: str) -> str:
+    """``rendered`` (a conversation rendered without a generation prompt) cut just after its
+    final message's text, so that the model goes on writing that message. The template may
+    trim the text's spaces; then it is cut after the trimmed text."""
+    stripped = final.strip()
+    if not stripped:
+        raise ChatTemplateError("the final message has no text to continue")
+    at = rendered.rfind(stripped)
+    if at < 0:
+        raise ChatTemplateError(
+            "the model's chat template changes the final message's text, so it cannot be "
+            "continued: end the conversation with a user message instead"
+        )
+    written = final.lstrip()  # kept as written (trailing spaces too) when the template did
+    if rendered[at : at + len(written)] == written:
+        return rendered[: at + len(written)]
+    return rendered[: at + len(stripped)]
+
+
 class ChatPrompter:
     """Renders conversations for one pipeline's tokenizer; safe to call from several threads."""
 
@@ -80,17 +99,23 @@ class ChatPrompter:
     def stop_strings(self) -> tuple[str, ...]:
         return self.template.stop_strings
 
-    def text(self, messages: Messages, **variables: Any) -> str:
+    def text(self, messages: Messages, *, continue_final: bool = False, **variables: Any) -> str:
         """The conversation rendered with the generation prompt, ready for the tokenizer: a
         BOS the template writes is left out when the tokenizer adds one itself (never two).
+        With ``continue_final`` the last message (the assistant's, cut short) is left open
+        for the model to continue, as transformers' ``continue_final_message`` does.
         ``variables`` reach the template (``tools``)."""
-        rendered = self.template.render(messages, add_generation_prompt=True, **variables)
+        if continue_final:
+            rendered = self.template.render(messages, add_generation_prompt=False, **variables)
+            rendered = open_final_message(rendered, str(messages[-1].get("content") or ""))
+        else:
+            rendered = self.template.render(messages, add_generation_prompt=True, **variables)
         bos = self.template.bos_token
         if self.adds_bos and bos and rendered.startswith(bos):
             rendered = rendered[len(bos) :]
         return rendered
 
-    def fit(self, messages: Messages, budget: int) -> ChatPrompt:
+    def fit(self, messages: Messages, budget: int, *, continue_final: bool = False) -> ChatPrompt:
         """The longest recent part of the conversation whose prompt has at most ``budget``
         tokens. A leading system message and the last user turn are always kept, and the kept
         turns start with a user turn (templates that check alternation need it); if even that
@@ -113,7 +138,7 @@ class ChatPrompter:
         choice = fitting[0] if fitting else len(starts) - 1
         while True:
             kept = head + turns[starts[choice] :]
-            text = self.text(kept)
+            text = self.text(kept, continue_final=continue_final)
             tokens = len(self._encode(text))
             if tokens <= budget or choice == len(starts) - 1:
                 break

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.constraint import ConstraintError, grammar_of_schema
+from fleetgui.runtime.token_logprobs import TokenLogprob
 
 if TYPE_CHECKING:
     from fleetgui.runtime.metrics import MetricsBus
@@ -36,6 +37,7 @@ class TokenDelta:
     stream_id: int
     text: str
     token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()  # of ``token_ids``, when the request asked
 
 
 class FinishReason(enum.StrEnum):
@@ -61,6 +63,7 @@ class GenerationResult:
     ks: list[int] = field(default_factory=list)  # K of each speculative round
     plain_steps: int = 0  # speculative mode's plain steps (K auto off, or nothing proposed)
     cached_tokens: int = 0  # prompt tokens whose KV an earlier request left (not prefilled)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of token_ids, when asked
 
 
 async def final_result(

@@ -37,7 +37,7 @@ async def stream_steps(
             raise GenerationError("speculative decoding needs a draft model")
         while True:
             yield await speculative_step(stream, target, drafter, streams=generating())
-    if stream.constraint is not None:  # each step's mask follows the token before it
+    if stream.stepwise:  # each step's mask follows the token before it, or it reports logprobs
         while True:
             yield (await target.run(stream, [], stream.plain_head())).tokens
     async with contextlib.aclosing(target.decode_run(stream)) as plain:
@@ -90,6 +90,7 @@ class StreamGeneration:
         step_started = self.started
         async with contextlib.aclosing(self.steps) as steps:
             async for tokens in steps:
+                before = len(stream.logprobs)
                 new_tokens, finish_now = stream.commit(tokens, self.eos_ids)
                 now = time.perf_counter()
                 if self.first_at is None and stream.generated:
@@ -97,7 +98,8 @@ class StreamGeneration:
                 self.count_tokens(stream.id, len(new_tokens), (now - step_started) * 1000)
                 delta = text.update(stream.generated)
                 if delta or new_tokens:
-                    yield TokenDelta(stream.id, delta, tuple(new_tokens))
+                    logprobs = tuple(stream.logprobs[before:])
+                    yield TokenDelta(stream.id, delta, tuple(new_tokens), logprobs)
                 if text.stopped:
                     finish_now = FinishReason.STOP
                 if finish_now:
@@ -134,6 +136,7 @@ class StreamGeneration:
             ks=stream.ks,
             plain_steps=stream.plain_steps,
             cached_tokens=stream.cached,
+            logprobs=list(stream.logprobs),
         )
         metrics.emit(
             RequestFinished(

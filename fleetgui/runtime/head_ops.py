@@ -16,6 +16,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_logprobs import TokenLogprob, logprobs_of
 from fleetgui.runtime.token_mask import TokenMask
 from fleetgui.runtime.verification import verify_greedy, verify_sampling
 
@@ -40,9 +41,23 @@ def _greedy(request: Any, last: int, has_top1: bool, mask: TokenMask | None) -> 
     return _logits(request, last, mask).argmax(-1)
 
 
-def run_head(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], int]:
-    """The new tokens and the number of accepted drafts for ``head`` on ``request``'s outputs
-    (``has_top1``: the model has the compact ``top1_ids`` output)."""
+def run_head(
+    head: HeadOp, request: Any, *, has_top1: bool
+) -> tuple[list[int], int, tuple[TokenLogprob, ...]]:
+    """The new tokens, the number of accepted drafts and, if the head asks, the tokens'
+    log-probabilities, for ``head`` on ``request``'s outputs (``has_top1``: the model has the
+    compact ``top1_ids`` output)."""
+    tokens, accepted = _choose(head, request, has_top1=has_top1)
+    top = getattr(head, "logprobs", None)
+    if top is None:
+        return tokens, accepted, ()
+    rows = np.asarray(
+        request.get_tensor("logits").data[0, -(len(getattr(head, "drafts", ())) + 1) :]
+    )
+    return tokens, accepted, logprobs_of(rows, tokens, top)
+
+
+def _choose(head: HeadOp, request: Any, *, has_top1: bool) -> tuple[list[int], int]:
     if isinstance(head, GreedyHead):
         return [int(_greedy(request, 1, has_top1, head.mask)[0])], 0
     if isinstance(head, SampleHead):

@@ -295,7 +295,7 @@ class LocalStage(BlockingStage):
             if isinstance(request.head, LogitsHead):
                 result.logits = slot.last.get_tensor("logits").data[0, -1].copy()
             elif request.head is not None:
-                result.tokens, result.accepted = run_head(
+                result.tokens, result.accepted, result.logprobs = run_head(
                     request.head, slot.last, has_top1="top1_ids" in self._outputs
                 )
         else:

@@ -82,7 +82,7 @@ def _verify_head(config: GenerationConfig, proposal: Proposal, stream: StreamSta
     drafts = tuple(proposal.drafts)
     mask = stream.constraint.mask(drafts) if stream.constraint is not None else None
     if config.greedy:
-        return VerifyGreedyHead(drafts, mask)
+        return VerifyGreedyHead(drafts, mask, config.logprobs)
     u_accept, u_resample = uniforms_for_round(stream.rng, len(drafts))
     return VerifySampleHead(
         config,
@@ -91,4 +91,5 @@ def _verify_head(config: GenerationConfig, proposal: Proposal, stream: StreamSta
         tuple(float(u) for u in u_accept),
         float(u_resample),
         mask,
+        config.logprobs,
     )

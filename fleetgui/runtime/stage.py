@@ -21,6 +21,7 @@ import numpy as np
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.head import SparseDist
+from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.token_mask import TokenMask
 from fleetgui.shard import Shard
 
@@ -45,6 +46,7 @@ class GreedyHead:
     """Return the argmax token at the last position (prefill, plain decode)."""
 
     mask: TokenMask | None = None  # a constrained answer: the tokens it may take
+    logprobs: int | None = None  # report the chosen tokens' log-probabilities, and this many top
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class SampleHead:
     config: GenerationConfig  # the head reads its sampling fields
     u: float
     mask: TokenMask | None = None
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class VerifyGreedyHead:
 
     drafts: tuple[int, ...]
     mask: TokenMask | None = None  # a row per position: now, then after each draft
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,7 @@ class VerifySampleHead:
     u_accept: tuple[float, ...]
     u_resample: float
     mask: TokenMask | None = None  # a row per position: now, then after each draft
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ class ForwardResult:
     accepted: int = 0  # speculative verification: drafts accepted
     logits: np.ndarray | None = None  # LogitsHead only: [vocab] of the last position
     compute_ms: dict[int, float] = field(default_factory=dict)  # stage index -> ms
+    logprobs: tuple[TokenLogprob, ...] = ()  # of ``tokens``, when the head was asked
 
 
 class StageError(RuntimeError):

@@ -14,6 +14,7 @@ from fleetgui.runtime.constraint import TokenConstraint
 from fleetgui.runtime.generation import FinishReason
 from fleetgui.runtime.sequence import FedTokens
 from fleetgui.runtime.stage import GreedyHead, HeadOp, SampleHead
+from fleetgui.runtime.token_logprobs import TokenLogprob
 
 
 @dataclass
@@ -36,6 +37,8 @@ class StreamState:
     compact_first: bool = True
     cached: int = 0  # prompt tokens whose KV was kept from an earlier request
     constraint: TokenConstraint | None = None  # a grammar the answer follows (structured output)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of ``generated``, when asked
+    step_logprobs: tuple[TokenLogprob, ...] = ()  # of the last step's tokens, to commit
 
     @property
     def generated(self) -> list[int]:
@@ -51,8 +54,14 @@ class StreamState:
         config = self.config
         mask = self.constraint.mask() if self.constraint is not None else None
         if config.greedy:
-            return GreedyHead(mask)
-        return SampleHead(config, float(self.rng.random()), mask)
+            return GreedyHead(mask, config.logprobs)
+        return SampleHead(config, float(self.rng.random()), mask, config.logprobs)
+
+    @property
+    def stepwise(self) -> bool:
+        """Whether each step must come back to the coordinator before the next is sent: its
+        grammar's mask follows the token before, or its log-probabilities are collected."""
+        return self.constraint is not None or self.config.logprobs is not None
 
     def commit(
         self, tokens: list[int], eos_ids: Collection[int]
@@ -72,6 +81,8 @@ class StreamState:
                 finish = FinishReason.MAX_TOKENS
                 break
         self.committed += taken
+        if self.config.logprobs is not None:
+            self.logprobs += self.step_logprobs[: len(taken)]
         if self.constraint is not None:
             self.constraint.accept(taken)
             if finish is None and self.constraint.done:

@@ -63,6 +63,7 @@ class TargetPasses:
                 )
             )
             keep = None
+            stream.step_logprobs = result.logprobs
             if compact:
                 stream.target.compacted()
             stream.target.applied(0, chunk)

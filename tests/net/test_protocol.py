@@ -52,6 +52,7 @@ from fleetgui.runtime.stage import (
     VerifyGreedyHead,
     VerifySampleHead,
 )
+from fleetgui.runtime.token_logprobs import LOGPROB_FLOOR, TokenLogprob
 from fleetgui.runtime.token_mask import TokenMask
 
 RNG = np.random.default_rng(0)
@@ -90,6 +91,12 @@ HEADS: dict[str, HeadOp | None] = {
     "verify-greedy-masked": VerifyGreedyHead((5, 7), TokenMask.allowing([[5], [7, 8], [1]], 40)),
     "verify-sample-masked": VerifySampleHead(
         PARAMS, (2, 0), (DIST_A, DIST_A), (0.1, 0.9), 0.5, TokenMask.allowing([[2], [0], [9]], 33)
+    ),
+    # logprobs ask the last stage for the chosen token's log-probability (and the top ones)
+    "greedy-logprobs": GreedyHead(logprobs=0),
+    "sample-top-logprobs": SampleHead(PARAMS, 0.25, logprobs=20),
+    "verify-greedy-masked-logprobs": VerifyGreedyHead(
+        (5,), TokenMask.allowing([[5], [7]], 40), logprobs=3
     ),
 }
 
@@ -137,6 +144,29 @@ def test_a_mask_that_does_not_fit_its_head_is_refused(mask: np.ndarray, why: str
         )
 
 
+@pytest.mark.parametrize(
+    ("logprobs", "why"),
+    [
+        ([[5, -0.1, []]], "one \\[token, logprob, top\\] entry per returned token"),
+        ([[5, -0.1, []], [6, -0.2, []]], "not \\[its token"),  # second token is 9
+        ([[5, 0.5, []], [9, -0.2, []]], "log-probability in"),  # above 0
+        ([[5, "x", []], [9, -0.2, []]], "log-probability in"),
+        ([[5, -0.1, [[1, -0.1]] * 21], [9, -0.2, []]], "at most 20"),
+        ([[5, -0.1, [[1.5, -0.1]]], [9, -0.2, []]], "not \\[id, logprob\\]"),
+    ],
+)
+def test_forged_logprobs_in_a_result_are_refused(logprobs: list[Any], why: str) -> None:
+    message = decode(wire(encode_result(ForwardResult(1, tokens=[5, 9]), request_id=2)))
+    forged = Message(message.op, 2, meta={**message.meta, "logprobs": logprobs})
+    with pytest.raises(ProtocolError, match=why):
+        decode_result(wire(encode(forged)))
+
+
+def test_logprobs_steps_are_not_batched_into_a_decode() -> None:
+    with pytest.raises(ValueError, match="one FORWARD at a time"):
+        encode_decode(DecodeSteps(1, 5, (GreedyHead(logprobs=2),), frozenset()), request_id=1)
+
+
 def test_speculative_positions_travel_as_one_tensor() -> None:
     request = ForwardRequest(1, tokens(5), head=VerifyGreedyHead((1, 2, 3, 4)))
     assert len(encode_forward(request)) == 2  # header+meta, and the K+1 positions
@@ -150,14 +180,24 @@ def test_speculative_positions_travel_as_one_tensor() -> None:
         ForwardResult(3, tokens=[5, 6, 7], accepted=2, compute_ms={0: 1.5, 3: 0.25}),
         ForwardResult(4, logits=RNG.standard_normal(100).astype(np.float32)),
         ForwardResult(5, payload=hidden(2, np.float16), logits=np.zeros(3, np.float32)),
+        ForwardResult(
+            6,
+            tokens=[5, 9],
+            accepted=1,
+            logprobs=(
+                TokenLogprob(5, -0.25, ((5, -0.25), (2, -1.5))),
+                TokenLogprob(9, LOGPROB_FLOOR, ((1, 0.0), (9, LOGPROB_FLOOR))),
+            ),
+        ),
     ],
-    ids=["empty", "payload", "tokens", "logits", "both"],
+    ids=["empty", "payload", "tokens", "logits", "both", "logprobs"],
 )
 def test_forward_result_round_trip(result: ForwardResult) -> None:
     decoded = decode_result(wire(encode_result(result, request_id=9)))
     assert decoded.stream_id == result.stream_id
     assert decoded.tokens == result.tokens and decoded.accepted == result.accepted
     assert decoded.compute_ms == result.compute_ms
+    assert decoded.logprobs == result.logprobs
     for name in ("payload", "logits"):
         sent, got = getattr(result, name), getattr(decoded, name)
         assert (sent is None) == (got is None)

@@ -21,7 +21,7 @@ import pytest
 from runtime_support import export, pipeline
 
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.chat_prompt import ChatPrompter, tokenizer_adds_bos
+from fleetgui.runtime.chat_prompt import ChatPrompter, open_final_message, tokenizer_adds_bos
 from fleetgui.runtime.chat_template import (
     FALLBACK_STOP_STRINGS,
     ChatTemplate,
@@ -117,6 +117,23 @@ def test_rendering_equals_transformers_apply_chat_template(
     got = template.render(messages)
     assert got == want
     assert messages[-1]["content"].strip() in got
+
+
+@pytest.mark.parametrize("final", ["The capital is", "The capital is "])
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_continuing_the_final_message_equals_transformers(
+    saved: Callable[[str], tuple[Any, Path]], name: str, final: str
+) -> None:
+    """A chat ending with the assistant's words is left open after them (a trailing space
+    too, where the template keeps it), as ``continue_final_message=True`` renders it."""
+    hf, folder = saved(name)
+    messages = [*TURNS, {"role": "assistant", "content": final}]
+    want = hf.apply_chat_template(messages, continue_final_message=True, tokenize=False)
+    template = load_chat_template(folder)
+    got = open_final_message(template.render(messages, add_generation_prompt=False), final)
+    assert got == want and got.rstrip().endswith(final.strip())
+    with pytest.raises(ChatTemplateError, match="no text to continue"):
+        open_final_message(got, "  ")
 
 
 @pytest.mark.parametrize("name", list(TEMPLATES))

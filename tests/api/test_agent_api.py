@@ -1,11 +1,14 @@
-"""Function calling through ``fleetgui serve`` with the official ``openai`` client.
+"""What agents ask of ``fleetgui serve``, with the official ``openai`` client: function calling,
+continuing the assistant's message and log-probabilities.
 
 The real SmolLM2 (2 fp32 stages, the last on a real worker process) has no tool syntax in its
 chat template, so it gets the generic tool prompt and a grammar: its calls always parse and
 their arguments validate against the function's schema, with ``tool_choice`` "required", a
 named function and "auto", streamed or not, and a conversation goes on after a tool's result. A
 tiny model given Qwen 2.5's template answers in Hermes ``<tool_call>`` blocks, parsed into the
-same calls. Bad tools are 400s naming the field.
+same calls. Bad tools are 400s naming the field. A chat that ends with the assistant's message
+gets that message continued (Open WebUI's "Continue response"). Log-probabilities, streamed
+or not, on chat and completions, are the unsplit transformers model's within 1e-4.
 """
 
 from __future__ import annotations
@@ -72,9 +75,14 @@ def served(
             yield server
 
 
-def ask(served: Served, messages: list[dict[str, Any]] = ASK, **extra: Any) -> Any:
+def ask(
+    served: Served,
+    messages: list[dict[str, Any]] = ASK,
+    max_tokens: int = N_TOKENS,
+    **extra: Any,
+) -> Any:
     return served.client().chat.completions.create(
-        model=served.name, messages=messages, temperature=0, max_tokens=N_TOKENS, **extra
+        model=served.name, messages=messages, temperature=0, max_tokens=max_tokens, **extra
     )
 
 
@@ -210,3 +218,93 @@ def test_a_model_with_a_tool_template_calls_in_its_own_syntax(hermes_export: Pat
     assert choice.finish_reason == finish == "tool_calls"
     named = check_calls(choice.message.tool_calls)
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == named
+
+
+def test_a_chat_ending_with_the_assistants_message_continues_it(served: Served) -> None:
+    question = [{"role": "user", "content": "Tell me about the Eiffel Tower."}]
+    whole = ask(served, question, max_tokens=32).choices[0].message.content
+    words = whole.split(" ")
+    head = " ".join(words[: len(words) // 2])  # cut before a word: the tokens stay the same
+    go_on = ask(served, [*question, {"role": "assistant", "content": head}], max_tokens=32)
+    rest = go_on.choices[0].message.content
+    assert (head + rest).startswith(whole[: len(head) + 20]), (head, rest, whole)
+    assert go_on.usage.prompt_tokens_details.cached_tokens > 0  # the first answer's KV
+    new_turn = ask(
+        served,
+        [*question, {"role": "assistant", "content": head}],
+        max_tokens=8,
+        extra_body={"continue_final_message": False},
+    )  # asked not to continue: a new assistant turn after it
+    assert not (head + new_turn.choices[0].message.content).startswith(whole[: len(head) + 8])
+
+
+@pytest.fixture(scope="module")
+def unsplit(smollm2_gguf: Path, smollm2_fp32_exports: dict[int, Path]) -> Callable[..., Any]:
+    """The unsplit model's (transformers, fp32) greedy answer to a chat: each token's text,
+    log-probability and top 3, as OpenAI lists them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from fleetgui.export.transformers_gguf import load_gguf_model
+    from fleetgui.runtime.chat_prompt import ChatPrompter
+    from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
+
+    model = load_gguf_model(AutoModelForCausalLM, smollm2_gguf, dtype=torch.float32)
+    tokenizer = Tokenizer(tokenizer_dir_of(smollm2_fp32_exports[2]))
+    prompter = ChatPrompter.for_tokenizer(tokenizer)
+
+    def answer(messages: list[dict[str, Any]], n: int) -> list[tuple[str, float, list[str]]]:
+        ids = torch.tensor([tokenizer.encode(prompter.text(messages))])
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=[2])
+            logits = model(out).logits[0, ids.shape[1] - 1 : -1].double()
+        logp = torch.log_softmax(logits, -1)
+        tokens = out[0, ids.shape[1] :].tolist()
+        if tokens[-1] == 2:  # the end of the turn is not a token of the answer
+            tokens.pop()
+        return [
+            (
+                tokenizer.decode([t]),
+                float(logp[i, t]),
+                [tokenizer.decode([int(j)]) for j in logp[i].topk(3).indices],
+            )
+            for i, t in enumerate(tokens)
+        ]
+
+    return answer
+
+
+def test_logprobs_are_the_unsplit_models_streamed_or_not(
+    served: Served, unsplit: Callable[..., Any]
+) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    want = unsplit(question, 12)
+    whole = ask(served, question, max_tokens=12, logprobs=True, top_logprobs=3)
+    got = whole.choices[0].logprobs.content
+    assert [g.token for g in got] == [w[0] for w in want]
+    for entry, (_, logprob, top) in zip(got, want, strict=True):
+        assert entry.logprob == pytest.approx(logprob, abs=1e-4)
+        assert [t.token for t in entry.top_logprobs] == top  # most likely first
+        assert entry.top_logprobs[0].token == entry.token  # greedy took the most likely
+        assert bytes(entry.bytes).decode() == entry.token
+    stream = ask(served, question, max_tokens=12, logprobs=True, top_logprobs=3, stream=True)
+    pieces = [c.choices[0].logprobs for c in stream if c.choices and c.choices[0].logprobs]
+    streamed = [entry for piece in pieces for entry in piece.content]
+    assert [e.token for e in streamed] == [g.token for g in got]
+    # the second ask reuses the first's KV, so its first pass differs in shape: same 1e-4
+    assert [e.logprob for e in streamed] == pytest.approx([g.logprob for g in got], abs=1e-4)
+    # completions: the parallel lists, the text's offsets
+    completion = served.client().completions.create(
+        model=served.name, prompt="The capital of France is", max_tokens=6, temperature=0,
+        logprobs=2,
+    )  # fmt: skip
+    lists = completion.choices[0].logprobs
+    assert "".join(lists.tokens) == completion.choices[0].text
+    assert lists.text_offset == [sum(map(len, lists.tokens[:i])) for i in range(len(lists.tokens))]
+    assert all(len(top) == 2 and max(top.values()) <= 0 for top in lists.top_logprobs)
+    without = ask(served, question, max_tokens=12)
+    assert without.choices[0].logprobs is None
+    assert without.choices[0].message.content == whole.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(served, question, top_logprobs=3)  # without logprobs: true
+    assert refused.value.body["param"] == "top_logprobs"
