@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the chosen subcommand and return the process exit code."""
     args = build_parser().parse_args(argv)
-    log_file = configure_logging(args.log_level)
+    log_file = configure_logging(args.log_level, process=args.command)
     log.debug("fleetgui %s %s, logging to %s", __version__, args.command, log_file)
     try:
         return int(args.run(args))

@@ -4,17 +4,35 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
 
 from fleetgui.paths import log_dir
 
 LEVELS = ("debug", "info", "warning", "error")
-_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+# Several processes (the app, serve, workers) append to one log file: each line says which.
+_FORMAT = "%(asctime)s %(fleetgui_process)s %(levelname)-7s %(name)s: %(message)s"
+_STDERR_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(level: str = "info", *, file_name: str = "fleetgui.log") -> Path | None:
-    """Send records at ``level`` and above to stderr and to ``log_dir()/file_name``.
+class _ProcessTag(logging.Filter):
+    """Stamps each record with the writing process's command and pid, e.g. ``worker[4242]``."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__()
+        self.tag = tag
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.fleetgui_process = self.tag
+        return True
+
+
+def configure_logging(
+    level: str = "info", *, file_name: str = "fleetgui.log", process: str = "fleetgui"
+) -> Path | None:
+    """Send records at ``level`` and above to stderr and to ``log_dir()/file_name``, each line
+    with its time, and in the file with ``process`` (the command) and the pid.
 
     Returns the log file's path, or None when the log folder cannot be written (then only stderr
     is used and a warning says why). Calling it again replaces the handlers it installed before.
@@ -29,7 +47,7 @@ def configure_logging(level: str = "info", *, file_name: str = "fleetgui.log") -
     root.setLevel(numeric)
 
     stderr = logging.StreamHandler(sys.stderr)
-    stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    stderr.setFormatter(logging.Formatter(_STDERR_FORMAT))
     stderr.setLevel(numeric)
     stderr._fleetgui = True  # type: ignore[attr-defined]
     root.addHandler(stderr)
@@ -44,6 +62,7 @@ def configure_logging(level: str = "info", *, file_name: str = "fleetgui.log") -
         logging.getLogger(__name__).warning("cannot write logs to %s (%s): stderr only", path, exc)
         return None
     file_handler.setFormatter(logging.Formatter(_FORMAT))
+    file_handler.addFilter(_ProcessTag(f"{process}[{os.getpid()}]"))
     file_handler.setLevel(numeric)
     file_handler._fleetgui = True  # type: ignore[attr-defined]
     root.addHandler(file_handler)

@@ -84,11 +84,12 @@ class StreamOutcome(enum.StrEnum):
 
 @dataclass
 class RequestNote:
-    """What the server's log line says of a request beside its status: tokens generated, and
-    how a streamed answer ended when not normally."""
+    """What the server's log line says of a request beside its status: tokens generated, how
+    a streamed answer ended when not normally, and why a refused one was refused."""
 
     tokens: int = 0
     outcome: StreamOutcome | None = None
+    refused: str = ""  # why the request got an error reply, if it did
 
 
 #: the current request's note (the server's middleware sets a fresh one for each request: it

@@ -156,15 +156,18 @@ class ApiServer:
             self._check_key(request)
             response = await handler(request)
         except ApiError as exc:
+            note.refused = exc.message
             response = web.json_response(exc.body(), status=exc.status)
         except web.HTTPException as exc:  # the router's 404 and 405, a body over the limit
             error = ApiError(f"{exc.reason}: {request.method} {request.path}", status=exc.status)
             if exc.status >= 500:
                 error.kind = SERVER_ERROR
+            note.refused = error.message
             response = web.json_response(error.body(), status=exc.status)
         except FleetguiError as exc:  # the fleet failed under the request (e.g. a worker lost)
             log.warning("%s %s failed: %s", request.method, request.path, exc)
             error = ApiError(str(exc), status=503, kind=SERVER_ERROR)
+            note.refused = error.message
             response = web.json_response(error.body(), status=503)
         except asyncio.CancelledError:
             note.outcome = StreamOutcome.CLIENT_LEFT
@@ -184,6 +187,8 @@ class ApiServer:
         self._forget_old(now)
         ms = (time.perf_counter() - started) * 1000
         tail = f" ({note.outcome})" if note.outcome else ""
+        if note.refused:  # the operator sees why without asking the client
+            tail += f": {note.refused[:300]}"
         log.info(
             "%s %s %d %d tokens %.0f ms%s",
             request.method,

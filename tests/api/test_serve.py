@@ -317,7 +317,7 @@ def test_a_prompt_over_the_context_gets_400_naming_the_limit(server: Served) -> 
 
 
 @pytest.mark.slow
-def test_one_log_line_per_request_without_the_prompt(server: Served) -> None:
+def test_one_timed_log_line_per_request_with_why_refused_never_the_prompt(server: Served) -> None:
     def request_lines() -> list[str]:
         return [
             line
@@ -336,8 +336,11 @@ def test_one_log_line_per_request_without_the_prompt(server: Served) -> None:
     time.sleep(0.2)  # no third line comes
     lines = request_lines()[before:]
     assert len(lines) == 2, lines  # one line per request
-    assert re.search(r"POST /v1/chat/completions 200 5 tokens \d+ ms", lines[0]), lines
-    assert re.search(r"POST /v1/chat/completions 400 0 tokens \d+ ms", lines[1]), lines
+    stamp = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "  # every line says when
+    assert re.search(stamp + r".*POST /v1/chat/completions 200 5 tokens \d+ ms$", lines[0]), lines
+    # a refused request's line says why, as the client's error does
+    refused = r"POST /v1/chat/completions 400 0 tokens \d+ ms: .*max_tokens"
+    assert re.search(stamp + ".*" + refused, lines[1]), lines
     assert QUESTION not in server.log.read_text()  # --log-level info: never the prompt
 
 
