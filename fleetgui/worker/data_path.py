@@ -17,9 +17,9 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from fleetgui.net.decode_codec import decode_steps_from_message
 from fleetgui.net.forward_codec import (
     compute_ms_from,
-    decode_steps_from_message,
     encode_forward,
     encode_result,
     request_from_message,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fleetgui.net.forward_codec import DecodeSteps
+from fleetgui.net.decode_codec import DecodeSteps
 from fleetgui.net.protocol import ErrorCode, ProtocolError
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 

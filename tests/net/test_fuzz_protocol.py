@@ -19,11 +19,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fleetgui.net.forward_codec import (  # noqa: E402
-    decode_forward,
-    decode_result,
-    decode_steps_from_message,
-)
+from fleetgui.net.decode_codec import decode_steps_from_message  # noqa: E402
+from fleetgui.net.forward_codec import decode_forward, decode_result  # noqa: E402
 from fleetgui.net.keys import KeyPair  # noqa: E402
 from fleetgui.net.protocol import (  # noqa: E402
     HEADER,

@@ -13,14 +13,8 @@ import numpy as np
 import pytest
 
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.net.forward_codec import (
-    DecodeSteps,
-    decode_forward,
-    decode_result,
-    encode_decode,
-    encode_forward,
-    encode_result,
-)
+from fleetgui.net.decode_codec import DecodeSteps, encode_decode
+from fleetgui.net.forward_codec import decode_forward, decode_result, encode_forward, encode_result
 from fleetgui.net.protocol import (
     HEADER,
     MAGIC,

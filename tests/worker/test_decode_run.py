@@ -22,7 +22,7 @@ from fleetgui.fleet.ring.route import RingRoute, RouteConfig
 from fleetgui.fleet.session.config import CoordinatorConfig
 from fleetgui.fleet.session.replicas import ReplicatedPipeline
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.net.forward_codec import (
+from fleetgui.net.decode_codec import (
     MAX_DECODE_STEPS,
     DecodeSteps,
     decode_steps_from_message,

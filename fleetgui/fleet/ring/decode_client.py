@@ -9,7 +9,8 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from fleetgui.fleet.ring.link import Dispatcher, WorkerLink, WorkerLostError
-from fleetgui.net.forward_codec import DecodeSteps, encode_decode, result_from_message
+from fleetgui.net.decode_codec import DecodeSteps, encode_decode
+from fleetgui.net.forward_codec import result_from_message
 from fleetgui.net.protocol import Flags, Message, Op, RemoteError, raise_if_error
 from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.stage import ForwardResult

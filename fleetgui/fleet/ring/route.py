@@ -42,7 +42,7 @@ from fleetgui.fleet.ring.forward_pass import run_pass
 from fleetgui.fleet.ring.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.ring.route_gate import RouteGate
 from fleetgui.fleet.ring.wiring import Wiring
-from fleetgui.net.forward_codec import MAX_DECODE_STEPS, DecodeSteps
+from fleetgui.net.decode_codec import MAX_DECODE_STEPS, DecodeSteps
 from fleetgui.net.protocol import Message, Op, RemoteError
 from fleetgui.net.secure_socket import RequestTimeoutError
 from fleetgui.runtime.route import DecodeRun, LocalRoute, Route
