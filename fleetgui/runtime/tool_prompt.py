@@ -9,6 +9,7 @@ from typing import Any
 
 from fleetgui.runtime.constraint import bounded_whitespace
 from fleetgui.runtime.tool_calls import Tool, ToolFormat, ToolSpec, loads
+from fleetgui.runtime.tool_signature import describe_tools
 
 # -- the prompt ---------------------------------------------------------------------------------
 
@@ -16,7 +17,7 @@ from fleetgui.runtime.tool_calls import Tool, ToolFormat, ToolSpec, loads
 def generic_instructions(spec: ToolSpec) -> str:
     """The system text that shows a model without a tool format its tools and the answer's
     shape (the grammar enforces the shape; this tells the model what it means)."""
-    tools = json.dumps([t.as_openai()["function"] for t in spec.callable], indent=1)
+    tools = describe_tools(spec.callable)
     calls = '{"tool_calls": [{"name": "<function name>", "arguments": {<its arguments>}}]}'
     if spec.must_call:
         how = f"Answer only with a JSON object that calls one of them: {calls}"
@@ -85,10 +86,21 @@ def _merge_same_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _call_schema(tool: Tool, arguments_key: str = "arguments") -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, arguments_key: dict(tool.schema)},
+        "properties": {"name": {"const": tool.name}, arguments_key: closed(tool.schema)},
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
+
+
+def closed(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A function's arguments as the call may give them: only the parameters it declares,
+    unless its schema says otherwise (as OpenAI's strict mode has it). A function called with
+    an argument it does not take fails (Open WebUI's do); and a small model left free to add
+    arguments can write them until the context is full."""
+    out = dict(schema)
+    if out.get("type") == "object" and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def _one_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:

@@ -160,3 +160,21 @@ def test_calls_are_parsed_from_each_format_and_anything_else_stays_text() -> Non
             parse_answer(text, spec, fmt).content == text
             and not parse_answer(text, spec, fmt).calls
         )
+
+
+def test_a_call_gives_only_the_arguments_its_function_declares() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    free = Tool("get_time", "", {"type": "object", "properties": {"city": {"type": "string"}}})
+    open_ended = Tool("log", "", {"type": "object", "additionalProperties": True})
+    spec = ToolSpec((free, open_ended), ToolChoice(ChoiceMode.REQUIRED))
+    _, schema = call_grammar(spec, ToolFormat.GENERIC)
+    assert schema is not None
+
+    def valid(name: str, arguments: dict[str, Any]) -> bool:
+        answer = {"tool_calls": [{"name": name, "arguments": arguments}]}
+        return jsonschema.Draft202012Validator(schema).is_valid(answer)
+
+    assert valid("get_time", {"city": "Rome"})
+    assert not valid("get_time", {"city": "Rome", "country": "Italy"})  # not declared
+    assert valid("log", {"anything": 1})  # its schema allows more: kept
+    assert free.schema.get("additionalProperties") is None  # the tool itself is unchanged
