@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgui.runtime.call_stream import CallDelta
 from fleetgui.runtime.generation import FinishReason, GenerationResult
 from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.tool_calls import ParsedAnswer, ToolCall
@@ -149,9 +150,19 @@ class Answer:
         }
 
     def tool_call_chunk(self, index: int, call: ToolCall) -> dict[str, Any]:
-        """A streamed call: its id, name and arguments in one delta (OpenAI may split the
-        arguments over several; clients join them either way)."""
-        delta = {"tool_calls": [{"index": index, **call.as_openai()}]}
+        """A call in one delta: its id, name and arguments (a model's own syntax, read at
+        the answer's end; clients join deltas either way)."""
+        return self._calls_chunk({"index": index, **call.as_openai()})
+
+    def call_chunk(self, piece: CallDelta) -> dict[str, Any]:
+        """A piece of a call streamed as it is written: its start (id, name, no arguments
+        yet) or a fragment of its arguments."""
+        if piece.call is not None:
+            return self.tool_call_chunk(piece.index, piece.call)
+        return self._calls_chunk({"index": piece.index, "function": {"arguments": piece.arguments}})
+
+    def _calls_chunk(self, item: dict[str, Any]) -> dict[str, Any]:
+        delta = {"tool_calls": [item]}
         out = {
             **self._head("chat.completion.chunk"),
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],

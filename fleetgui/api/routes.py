@@ -28,6 +28,7 @@ from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import ClientGoneError, EventStream
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.call_stream import CallStream
 from fleetgui.runtime.generation import (
     GenerationError,
     GenerationResult,
@@ -73,6 +74,13 @@ class PreparedPrompt:
         if self.tools is None or not self.offers_tools:
             return None
         return ContentStream(self.tools, self.tool_format)
+
+    def call_stream(self) -> CallStream | None:
+        """Calls streamed as written, where a grammar makes them sure (see CallStream)."""
+        if self.tools is None or not self.offers_tools:
+            return None
+        generic = self.tool_format is ToolFormat.GENERIC
+        return CallStream(generic=generic) if generic or self.tools.must_call else None
 
 
 class StreamOutcome(enum.StrEnum):
@@ -241,6 +249,7 @@ class ApiRoutes:
         items = self.served.llm.astream_result(prepared.text, prepared.config)
         # with tools offered, only what is surely text for the user goes out as it comes
         content = prepared.content_stream()
+        calls = prepared.call_stream()
         answered = ""
         held: list[TokenLogprob] = []  # of tokens whose text has not gone out yet
         try:
@@ -259,6 +268,8 @@ class ApiRoutes:
                             if text:
                                 await events.send(answer.chunk(text, logprobs=held))
                                 held = []
+                            for piece in calls.update(answered) if calls else ():
+                                await events.send(answer.call_chunk(piece))
                         else:
                             result = item
                 except Exception as exc:  # after the headers: the error as an event
@@ -275,7 +286,12 @@ class ApiRoutes:
             note.tokens = len(result.token_ids)
             parsed = prepared.parse(result.text)
             await _send_end(
-                events, answer, result=result, parsed=parsed, content=content, held=held
+                events,
+                answer,
+                result=result,
+                parsed=parsed,
+                streams=(content, calls),
+                held=held,
             )
         except ClientGoneError:
             note.outcome = StreamOutcome.CLIENT_LEFT
@@ -288,18 +304,23 @@ async def _send_end(
     *,
     result: GenerationResult,
     parsed: ParsedAnswer | None,
-    content: ContentStream | None,
+    streams: tuple[ContentStream | None, CallStream | None],
     held: list[TokenLogprob],
 ) -> None:
     """A streamed answer's last chunks: with tools, the text held back and the calls; the
     finish reason, the usage if asked, and the end of the stream."""
     finish = finish_reason(result)
+    content, calls = streams
     if parsed is not None and content is not None:
         rest = content.rest(parsed.content or "")
         if rest:
             await events.send(answer.chunk(rest))
-        for index, call in enumerate(parsed.calls):
-            await events.send(answer.tool_call_chunk(index, call))
+        if calls is not None:
+            for piece in calls.finish(list(parsed.calls)):
+                await events.send(answer.call_chunk(piece))
+        else:
+            for index, call in enumerate(parsed.calls):
+                await events.send(answer.tool_call_chunk(index, call))
         if parsed.calls:
             finish = "tool_calls"
     await events.send(answer.chunk("", finish=finish, logprobs=held))

@@ -99,8 +99,8 @@ def check_calls(calls: Any, names: set[str] | None = None) -> list[tuple[str, di
 
 
 def streamed(stream: Any) -> tuple[str, list[dict[str, Any]], str | None, int]:
-    """A streamed answer's text, its calls joined from their deltas as clients join them, its
-    finish reason, and how many chunks carried text."""
+    """A streamed answer's text, its calls joined from their deltas as clients join them (with
+    how many deltas each came in), its finish reason, and how many chunks carried text."""
     text, calls, finish, pieces = "", {}, None, 0
     for chunk in stream:
         for choice in chunk.choices:
@@ -108,10 +108,13 @@ def streamed(stream: Any) -> tuple[str, list[dict[str, Any]], str | None, int]:
                 text += choice.delta.content
                 pieces += 1
             for delta in choice.delta.tool_calls or []:
-                call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                call = calls.setdefault(
+                    delta.index, {"id": "", "name": "", "arguments": "", "deltas": 0}
+                )
                 call["id"] += delta.id or ""
                 call["name"] += delta.function.name or ""
                 call["arguments"] += delta.function.arguments or ""
+                call["deltas"] += 1
             finish = choice.finish_reason or finish
     return text, [calls[i] for i in sorted(calls)], finish, pieces
 
@@ -134,6 +137,8 @@ def test_required_and_named_calls_are_well_formed_streamed_or_not(served: Served
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == check_calls(
         choice.message.tool_calls
     )
+    # as OpenAI streams them: the id and name first, then the arguments as they are written
+    assert all(c["deltas"] > 3 and len(c["id"]) == 9 for c in calls), calls
 
 
 def test_auto_answers_or_calls_and_the_conversation_goes_on_after_a_result(
