@@ -86,6 +86,9 @@ class GGUFVocab:
     chat_template: str | None
     scores: tuple[float, ...] = ()  # by id (SentencePiece vocabularies: the merge order)
     add_space_prefix: bool = False  # SentencePiece: a "▁" before the text (Llama 2, not Gemma)
+    # the built-in format ``chat_template`` holds when the file has none (chat_formats.PLAIN: no
+    # known family); "" when the template is the file's own
+    chat_format: str = ""
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> GGUFVocab:
@@ -281,6 +284,10 @@ def tokenizer_config(vocab: GGUFVocab) -> dict[str, Any]:
         config["unk_token"] = "<unk>"
     if vocab.chat_template:
         config["chat_template"] = vocab.chat_template
+    if vocab.chat_format:
+        from fleetgui.runtime.chat_formats import FORMAT_KEY
+
+        config[FORMAT_KEY] = vocab.chat_format
     return config
 
 
