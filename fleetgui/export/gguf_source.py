@@ -277,8 +277,8 @@ def prepare_gguf(path: Path, cache_root: Path | None = None) -> Path:
 def with_chat_format(vocab: GGUFVocab, architecture: str) -> GGUFVocab:
     """``vocab`` with its family's built-in chat format when the file has no template (base
     builds): without one the chat would be a plain transcript with no end-of-turn token, which
-    such a model continues to the token limit. See :mod:`fleetgui.runtime.chat_formats`."""
-    from fleetgui.runtime.chat_formats import PLAIN, detect_format
+    such a model continues to the token limit. See :mod:`fleetgui.export.chat_formats`."""
+    from fleetgui.export.chat_formats import PLAIN, detect_format
 
     if vocab.chat_template:
         return vocab

@@ -285,7 +285,7 @@ def tokenizer_config(vocab: GGUFVocab) -> dict[str, Any]:
     if vocab.chat_template:
         config["chat_template"] = vocab.chat_template
     if vocab.chat_format:
-        from fleetgui.runtime.chat_formats import FORMAT_KEY
+        from fleetgui.export.chat_formats import FORMAT_KEY
 
         config[FORMAT_KEY] = vocab.chat_format
     return config

@@ -11,7 +11,7 @@ of which "default" is used). Rendering copies transformers'
 transformers is not needed (the app's install has none); jinja2 is.
 
 A GGUF file without a template is exported with its family's built-in format
-(:mod:`fleetgui.runtime.chat_formats`; ``tokenizer_config.json`` names it). A model without a
+(:mod:`fleetgui.export.chat_formats`; ``tokenizer_config.json`` names it). A model without a
 template of any kind gets :data:`FALLBACK_TEMPLATE`, a plain ``User:``/``Assistant:``
 transcript, and :attr:`ChatTemplate.is_fallback` says so (the app tells the user,
 :func:`no_template_note`); its replies end at :data:`FALLBACK_STOP_STRINGS`, since such a model
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.chat_formats import FORMAT_KEY, PLAIN
+from fleetgui.export.chat_formats import FORMAT_KEY, PLAIN
 from fleetgui.runtime.special_tokens import read_json, special_tokens
 
 log = logging.getLogger(__name__)

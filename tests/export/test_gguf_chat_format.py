@@ -14,8 +14,8 @@ import pytest
 from gguf_support import write_llama_gguf
 from runtime_support import export, pipeline
 
+from fleetgui.export.chat_formats import FORMATS, PLAIN, detect_format
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.chat_formats import FORMATS, PLAIN, detect_format
 from fleetgui.runtime.chat_prompt import ChatPrompter
 from fleetgui.runtime.chat_template import GGUF_NO_TEMPLATE_NOTE, no_template_note
 from fleetgui.runtime.generation import FinishReason
