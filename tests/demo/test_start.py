@@ -112,7 +112,9 @@ def test_demo_headless_answers_once_as_json(
     assert record["tokens_per_s"] > 0
     # PP+SD greedy over the fleet is the target's own greedy continuation.
     export = home / "shards_cache" / "demo-tiny-target-2stages"
-    stage = StageConfig(threads=1)
+    # set on purpose: what the demo's workers run its int8 target at on any CPU (auto, which
+    # the loader's safe_stage_config makes f32-dq for int8 weights)
+    stage = StageConfig(threads=1, precision="f32-dq")
     pipe = load_local_pipeline(export, config=LocalPipelineConfig(stage=stage))
 
     async def reference() -> list[int]:
