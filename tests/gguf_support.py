@@ -5,7 +5,7 @@ tokenizer as ``tokenizer.ggml.*`` fields), with the ``gguf`` package's writer.""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,12 @@ def write_llama_gguf(
     chat_template: str | None = CHATML,
     pre: str = "default",
     sentencepiece: bool = False,
+    chat_tokens: Sequence[str] = (),
 ) -> Path:
-    """Write the Llama in ``model_dir`` as the GGUF file ``out``; ``quantize(gguf_name)`` picks
-    each tensor's type ("F32", "F16", "Q8_0", or any raw type name, e.g. "Q8_1")."""
+    """Write the Llama (or, with ``architecture="qwen2"``, the Qwen2) in ``model_dir`` as the
+    GGUF file ``out``; ``quantize(gguf_name)`` picks each tensor's type ("F32", "F16", "Q8_0",
+    or any raw type name, e.g. "Q8_1"). ``chat_tokens``: control tokens (a family's chat
+    markers, e.g. ``<|im_start|>``) put in place of the BPE vocabulary's last tokens."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -111,6 +114,10 @@ def write_llama_gguf(
         tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
         special = {t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")}
         merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+        if chat_tokens:  # the last merges make the last tokens and feed no later merge
+            tokens[-len(chat_tokens) :] = chat_tokens
+            merges = merges[: -len(chat_tokens)]
+            special |= set(chat_tokens)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre)
         writer.add_token_list(tokens)
@@ -122,14 +129,16 @@ def write_llama_gguf(
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_layers)
+    arch = gguf.MODEL_ARCH.QWEN2 if architecture == "qwen2" else gguf.MODEL_ARCH.LLAMA
+    names = gguf.get_tensor_name_map(arch, n_layers)
+    permute = architecture == "llama"  # llama.cpp's converter permutes Llama's q/k only
     for hf_name, array in weights.items():
         base, suffix = hf_name.rsplit(".", 1)
         name = f"{names.get_name(base)}.{suffix}"
         data = array.astype(np.float32)
-        if ".attn_q." in name:
+        if permute and ".attn_q." in name:
             data = _permute(data, n_head)
-        elif ".attn_k." in name:
+        elif permute and ".attn_k." in name:
             data = _permute(data, n_kv)
         _add_tensor(writer, name, data, quantize(name))
     writer.write_header_to_file()

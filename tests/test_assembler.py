@@ -17,15 +17,20 @@ from fleet_support import WorkerProcess
 import fleetgui
 from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.loader import load_local_pipeline
+from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
+from fleetgui.runtime.ov_stage import StageConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "def add(a, b):\n    return"
 
 
 def reference(export_dir: Path, n: int) -> str:
+    """The runtime's greedy text at f32, the precision every run it is compared with asks for
+    (``auto`` is bf16 on a CPU with AVX-512 bf16 or AMX, and would differ)."""
+
     async def main() -> str:
-        pipeline = load_local_pipeline(export_dir)
+        config = LocalPipelineConfig(stage=StageConfig(precision="f32"))
+        pipeline = load_local_pipeline(export_dir, config=config)
         try:
             return (await pipeline.complete(PROMPT, GenerationConfig(max_new_tokens=n))).text
         finally:

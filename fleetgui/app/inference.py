@@ -34,18 +34,18 @@ from fleetgui.errors import FleetguiError
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.llm_pipeline import LLMPipeline
 from fleetgui.runtime.chat_prompt import ChatPrompter
-from fleetgui.runtime.chat_template import FALLBACK_TEMPLATE, ChatTemplate, ChatTemplateError
+from fleetgui.runtime.chat_template import (
+    FALLBACK_TEMPLATE,
+    ChatTemplate,
+    ChatTemplateError,
+    no_template_note,
+)
 from fleetgui.runtime.generation import GenerationResult, Runtime, TokenDelta
 from fleetgui.runtime.metrics import MetricEvent
 
 log = logging.getLogger(__name__)
 
 HARD_STOP_S = 3.0  # a stop that no token boundary honours within this time cancels the task
-NO_TEMPLATE_NOTE = (
-    "This model has no chat template: the chat is sent as a plain User:/Assistant: transcript, "
-    "which an instruct model may answer poorly. Export it with its tokenizer_config.json or "
-    "chat_template.jinja to use its own format."
-)
 
 
 class NoModelError(FleetguiError):
@@ -315,4 +315,4 @@ def _load_prompter(pipeline: Runtime) -> tuple[ChatPrompter, str]:
         log.warning("%s", exc)
         fallback = ChatPrompter(ChatTemplate(FALLBACK_TEMPLATE), tokenizer.encode)
         return fallback, f"{exc}. The chat is sent as a plain User:/Assistant: transcript."
-    return prompter, NO_TEMPLATE_NOTE if prompter.is_fallback else ""
+    return prompter, no_template_note(prompter.template)

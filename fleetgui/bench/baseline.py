@@ -3,6 +3,8 @@
 It runs on one OpenVINO thread, as each fleet PC's stage does, at the faster of the plugin's
 default precision and f32 compute (with int8 or int4 weights the CPU quantizes activations to
 int8 either way; which one wins depends on the CPU), with greedy decoding and the same prompts.
+With fp32/fp16 weights on one thread it runs at f32 only, as a stage does
+(:func:`genai_properties`).
 Its rate is genai's own decode throughput and its TTFT genai's.
 
 The demo model comes as a GGUF file, which optimum-intel cannot export as one piece: its
@@ -28,6 +30,33 @@ log = logging.getLogger(__name__)
 
 FIT_FACTOR = 2.0  # the model's files times this must be free: weights, compiled graph, KV cache
 PRECISIONS: dict[str, dict[str, Any]] = {"default": {}, "f32": {"INFERENCE_PRECISION_HINT": "f32"}}
+
+
+def _forced_f32(threads: int, weight_format: str) -> bool:
+    """Whether the plugin's default precision must not run: the loader's rule for stages
+    (``safe_stage_config``), fp32/fp16 weights on one thread, where bf16 dies with SIGFPE."""
+    from fleetgui.runtime.loader import safe_stage_config
+    from fleetgui.runtime.ov_stage import StageConfig
+
+    chosen = safe_stage_config(StageConfig(threads=threads), weight_format)
+    return chosen.precision == "f32"
+
+
+def genai_properties(precision: str, threads: int, weight_format: str) -> dict[str, Any]:
+    """The ``openvino_genai.LLMPipeline`` properties of a baseline run at ``precision`` (a
+    :data:`PRECISIONS` name) on ``threads`` threads with ``weight_format`` weights."""
+    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads, **PRECISIONS[precision]}
+    if _forced_f32(threads, weight_format):
+        # INFERENCE_PRECISION_HINT f32, as the loader sets for a stage: OpenVINO's CPU plugin
+        # dies (SIGFPE) at its default bf16 on one thread with fp32/fp16 weights (AMX Xeon)
+        props["INFERENCE_PRECISION_HINT"] = "f32"
+    return props
+
+
+def baseline_precisions(threads: int, weight_format: str) -> tuple[str, ...]:
+    """The :data:`PRECISIONS` a baseline runs: both, or only f32 where the default would be
+    f32 too (:func:`genai_properties`), so the same run is not made twice."""
+    return ("f32",) if _forced_f32(threads, weight_format) else tuple(PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -71,11 +100,15 @@ class Baseline:
     _pipes: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, list[float]] = field(default_factory=dict)  # precision -> tok/s per repeat
 
+    @property
+    def weight_format(self) -> str:
+        return read_manifest(self.mono_dir).weight_format
+
     def _pipe(self, precision: str) -> Any:
         if precision not in self._pipes:
             import openvino_genai
 
-            props = {"INFERENCE_NUM_THREADS": self.threads, **PRECISIONS[precision]}
+            props = genai_properties(precision, self.threads, self.weight_format)
             self._pipes[precision] = openvino_genai.LLMPipeline(str(self.mono_dir), "CPU", **props)
         return self._pipes[precision]
 
@@ -98,7 +131,7 @@ class Baseline:
         """Both precisions on ``prompt``; the one that has been faster over the repeats so
         far (a precision's median, not the best of each repeat, which noise would inflate)."""
         measured = {}
-        for precision in PRECISIONS:
+        for precision in baseline_precisions(self.threads, self.weight_format):
             measured[precision] = self._generate(precision, prompt, n_tokens)
             self.runs.setdefault(precision, []).append(measured[precision][0])
         best = max(self.runs, key=lambda name: statistics.median(self.runs[name]))

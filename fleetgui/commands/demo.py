@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -135,17 +138,20 @@ async def _headless(args: argparse.Namespace) -> int:
     from fleetgui.training.progress import CliProgress
 
     bar = CliProgress()
-    try:
-        demo = await start_demo(
-            args.size,
-            progress=bar,
-            draft=args.draft,
-            context=args.context,
-            kv_reuse=args.kv_reuse,
-            kv_budget=args.kv_budget,
-        )
-    finally:
-        bar.close()
+    # --json: stdout holds the one JSON document; what the export prints there (NNCF's
+    # compression tables) and the workers started now write to stderr instead
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():
+        try:
+            demo = await start_demo(
+                args.size,
+                progress=bar,
+                draft=args.draft,
+                context=args.context,
+                kv_reuse=args.kv_reuse,
+                kv_budget=args.kv_budget,
+            )
+        finally:
+            bar.close()
     config = _config(args)
     chat = _Chat(demo.llm, config) if demo.models.chat else None
     try:
@@ -178,6 +184,23 @@ async def _headless(args: argparse.Namespace) -> int:
         return 0
     finally:
         await demo.close()
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout to stderr meanwhile: Python's ``sys.stdout`` (NNCF's
+    logger and rich write there) and file descriptor 1 (native code, child processes)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()  # text buffered meanwhile belongs to stderr too
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class _Chat:

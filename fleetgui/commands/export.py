@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     def verify(folder: Path) -> ExportQuality:
         report = verify_export(folder, source)
-        for line in report.lines():
+        for line in report.lines(args.out):  # ``folder`` is the build folder, moved there next
             print(line, file=sys.stderr)
         if not report.passed:
             raise VerificationError(

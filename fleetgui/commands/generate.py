@@ -206,12 +206,11 @@ def _chat_prompts(
 ) -> tuple[list[str], GenerationConfig]:
     """Each prompt as one user message (after the --system message) in the export's chat
     template, and the configuration with the stop strings its format needs."""
-    if not llm.has_chat_template:
-        log.warning(
-            "%s has no chat template: the prompt is sent as a plain 'User: ... Assistant:' "
-            "transcript",
-            args.export_dir,
-        )
+    from fleetgui.runtime.chat_template import no_template_note
+
+    note = no_template_note(llm.prompter.template)
+    if note:
+        log.warning("%s: %s", args.export_dir, note)
     head = [] if args.system is None else [{"role": "system", "content": args.system}]
     prompts = [llm.prompter.text([*head, {"role": "user", "content": p}]) for p in args.prompt]
     return prompts, llm.chat_config(config)

@@ -15,18 +15,22 @@ import hashlib
 import json
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fleetgui.errors import FleetguiError
 from fleetgui.fsutil import atomic_write_text
 
+if TYPE_CHECKING:
+    from fleetgui.export.gguf_tokenizer import GGUFVocab
+
 log = logging.getLogger(__name__)
 
 VIEW_FILE = "gguf_view.json"
-VIEW_VERSION = 1  # bump when a view's contents change, so old views are rebuilt
+VIEW_VERSION = 2  # bump when a view's contents change, so old views are rebuilt
 SAMPLE_BYTES = 64  # bytes of each tensor, at its start, middle and end, in the file's identity
 #: GGUF ``general.architecture`` values fleetgui exports (the transformers model type follows).
 SUPPORTED_ARCHITECTURES = ("gemma2", "gemma3", "llama", "mistral", "phi3", "qwen2", "qwen3")
@@ -247,7 +251,7 @@ def prepare_gguf(path: Path, cache_root: Path | None = None) -> Path:
     from types import SimpleNamespace
 
     adapter_for(SimpleNamespace(**config))  # an architecture the exporter cannot split: fail now
-    vocab = GGUFVocab.from_fields(fields)
+    vocab = with_chat_format(GGUFVocab.from_fields(fields), architecture)
     folder.mkdir(parents=True, exist_ok=True)
     write_tokenizer_files(vocab, folder)
     generation = {"bos_token_id": vocab.bos_id, "eos_token_id": end_of_turn_ids(vocab)}
@@ -268,6 +272,22 @@ def prepare_gguf(path: Path, cache_root: Path | None = None) -> Path:
     atomic_write_text(view, json.dumps(record))  # last: a view without it is rebuilt
     log.info("GGUF %s: view in %s (%d tensors)", path.name, folder, len(table))
     return folder
+
+
+def with_chat_format(vocab: GGUFVocab, architecture: str) -> GGUFVocab:
+    """``vocab`` with its family's built-in chat format when the file has no template (base
+    builds): without one the chat would be a plain transcript with no end-of-turn token, which
+    such a model continues to the token limit. See :mod:`fleetgui.export.chat_formats`."""
+    from fleetgui.export.chat_formats import PLAIN, detect_format
+
+    if vocab.chat_template:
+        return vocab
+    found = detect_format(architecture, vocab.tokens, sentencepiece=vocab.model == "llama")
+    if found is None:
+        log.info("the GGUF file has no chat template and no known chat format: plain transcript")
+        return replace(vocab, chat_format=PLAIN)
+    log.info("the GGUF file has no chat template: using the %s chat format", found.label)
+    return replace(vocab, chat_template=found.template, chat_format=found.name)
 
 
 class GGUFCheckpoint:

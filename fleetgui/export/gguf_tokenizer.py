@@ -86,6 +86,9 @@ class GGUFVocab:
     chat_template: str | None
     scores: tuple[float, ...] = ()  # by id (SentencePiece vocabularies: the merge order)
     add_space_prefix: bool = False  # SentencePiece: a "▁" before the text (Llama 2, not Gemma)
+    # the built-in format ``chat_template`` holds when the file has none (chat_formats.PLAIN: no
+    # known family); "" when the template is the file's own
+    chat_format: str = ""
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> GGUFVocab:
@@ -281,18 +284,26 @@ def tokenizer_config(vocab: GGUFVocab) -> dict[str, Any]:
         config["unk_token"] = "<unk>"
     if vocab.chat_template:
         config["chat_template"] = vocab.chat_template
+    if vocab.chat_format:
+        from fleetgui.export.chat_formats import FORMAT_KEY
+
+        config[FORMAT_KEY] = vocab.chat_format
     return config
 
 
 def end_of_turn_ids(vocab: GGUFVocab) -> list[int]:
     """The eos id and the chat format's end-of-turn tokens the vocabulary has (a chat model's
     GGUF names only one eos; its template ends turns with another, e.g. ``<|im_end|>``)."""
+    from fleetgui.export.chat_formats import FORMATS
+
     ids = [] if vocab.eos_id is None else [vocab.eos_id]
-    for text in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"):
+    chosen = FORMATS.get(vocab.chat_format)  # a built-in format: its own end tokens
+    ends = chosen.end_tokens if chosen else ()
+    for text in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", *ends):
         if text in vocab.tokens:
             index = vocab.tokens.index(text)
             template = vocab.chat_template or ""
-            if index not in ids and (text in template or index == vocab.eos_id):
+            if index not in ids and (text in template or index == vocab.eos_id or text in ends):
                 ids.append(index)
     return ids
 

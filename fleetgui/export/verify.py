@@ -122,10 +122,12 @@ class VerifyReport:
         mono = all(r.monolithic_tokens_match is not False for r in self.results)
         return self.quality.passed and mono
 
-    def lines(self) -> list[str]:
-        """A human-readable summary, one line per prompt plus a verdict."""
+    def lines(self, folder: Path | None = None) -> list[str]:
+        """A human-readable summary, one line per prompt plus a verdict; ``folder`` names the
+        export in it (``fleetgui export`` verifies the build folder before moving it to its
+        final place, which is the one the user knows)."""
         out = [
-            f"{self.export_dir}: {self.n_stages} stage(s), {self.weight_format} weights, "
+            f"{folder or self.export_dir}: {self.n_stages} stage(s), {self.weight_format} weights, "
             f"prefill + {self.decode_steps} decode steps"
         ]
         for r in self.results:
@@ -381,8 +383,8 @@ def verify_export(
                 (mono_logits[positions].argmax(-1) == chosen).all()
             )
         report.results.append(result)
-    for line in report.lines():
-        log.info("verify: %s", line)
+    for line in report.lines():  # debug: each caller shows the report once, its own way
+        log.debug("verify: %s", line)
     return report
 
 

@@ -10,9 +10,12 @@ of which "default" is used). Rendering copies transformers'
 ``documents``, ``add_generation_prompt`` and the named special tokens (``bos_token``, ...).
 transformers is not needed (the app's install has none); jinja2 is.
 
-A model without a template gets :data:`FALLBACK_TEMPLATE`, a plain ``User:``/``Assistant:``
-transcript, and :attr:`ChatTemplate.is_fallback` says so (the app tells the user); its replies
-end at :data:`FALLBACK_STOP_STRINGS`, since such a model has no end-of-turn token.
+A GGUF file without a template is exported with its family's built-in format
+(:mod:`fleetgui.export.chat_formats`; ``tokenizer_config.json`` names it). A model without a
+template of any kind gets :data:`FALLBACK_TEMPLATE`, a plain ``User:``/``Assistant:``
+transcript, and :attr:`ChatTemplate.is_fallback` says so (the app tells the user,
+:func:`no_template_note`); its replies end at :data:`FALLBACK_STOP_STRINGS`, since such a model
+has no end-of-turn token.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgui.errors import FleetguiError
+from fleetgui.export.chat_formats import FORMAT_KEY, PLAIN
 from fleetgui.runtime.special_tokens import read_json, special_tokens
 
 log = logging.getLogger(__name__)
@@ -40,8 +44,19 @@ FALLBACK_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-#: The model starting the user's next turn ends its reply (fallback transcript only).
-FALLBACK_STOP_STRINGS = ("\nUser:",)
+#: The model starting a new turn, the user's or another of its own, ends its reply (fallback
+#: transcript only: a base model otherwise writes turn after turn to the token limit).
+FALLBACK_STOP_STRINGS = ("\nUser:", "\nAssistant:")
+NO_TEMPLATE_NOTE = (
+    "This model has no chat template: the chat is sent as a plain User:/Assistant: transcript, "
+    "which an instruct model may answer poorly. Export it with its tokenizer_config.json or "
+    "chat_template.jinja to use its own format."
+)
+GGUF_NO_TEMPLATE_NOTE = (
+    "This GGUF file has no chat template, and its tokens and architecture match no chat format "
+    "fleetgui knows: the chat is sent as a plain User:/Assistant: transcript, which an instruct "
+    "model may answer poorly. Use the model's instruct (chat) GGUF, which carries its template."
+)
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -57,6 +72,9 @@ class ChatTemplate:
     source: str  # the Jinja text
     tokens: dict[str, str] = field(default_factory=dict)  # bos_token, eos_token, ...
     origin: str = "fallback"  # the file it came from, or "fallback"
+    # the built-in format a GGUF export chose for a file without a template (chat_formats.PLAIN:
+    # none); "" for a model's own template or a HuggingFace export
+    chat_format: str = ""
 
     @property
     def is_fallback(self) -> bool:
@@ -106,12 +124,23 @@ def load_chat_template(folder: Path) -> ChatTemplate:
     ``ChatTemplateError`` for a template that is not valid Jinja."""
     folder = Path(folder)
     tokens = special_tokens(folder)
+    chat_format = str(read_json(folder / CONFIG_FILE).get(FORMAT_KEY) or "")
     source, origin = _find_template(folder)
     if source is None:
         log.info("%s has no chat template: using the plain transcript", folder)
-        return ChatTemplate(FALLBACK_TEMPLATE, tokens)
+        return ChatTemplate(FALLBACK_TEMPLATE, tokens, chat_format=chat_format)
+    if chat_format:
+        log.info("%s: the GGUF file had no chat template; using the %s format", folder, chat_format)
     _compile(source, origin)  # a broken template fails here, once, with its file named
-    return ChatTemplate(source, tokens, origin)
+    return ChatTemplate(source, tokens, origin, chat_format)
+
+
+def no_template_note(template: ChatTemplate) -> str:
+    """What to tell the user about a model chatting with the plain transcript ("" for one with
+    a template): a GGUF user has no tokenizer_config.json to export with."""
+    if not template.is_fallback:
+        return ""
+    return GGUF_NO_TEMPLATE_NOTE if template.chat_format == PLAIN else NO_TEMPLATE_NOTE
 
 
 def _find_template(folder: Path) -> tuple[str | None, str]:

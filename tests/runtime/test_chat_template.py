@@ -441,7 +441,8 @@ def test_the_app_says_when_a_model_has_no_chat_template(chat_export: dict, tmp_p
     """The app's note: none for a model with a template, the fallback's for one without (the
     same export's tokenizer with its template removed), and a broken template's error."""
     pytest.importorskip("PySide6")
-    from fleetgui.app.inference import NO_TEMPLATE_NOTE, _load_prompter
+    from fleetgui.app.inference import _load_prompter
+    from fleetgui.runtime.chat_template import NO_TEMPLATE_NOTE
 
     class Deployed:  # the part of a pipeline _load_prompter reads
         def __init__(self, folder: Path) -> None:
