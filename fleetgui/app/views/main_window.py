@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
@@ -49,6 +49,8 @@ BENCH_HOLD_NOTE = (
 
 
 class MainWindow(QMainWindow):
+    closed = Signal()  # its close event was accepted (the close button, or close())
+
     def __init__(self, core: AppCore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.core = core
@@ -256,3 +258,5 @@ class MainWindow(QMainWindow):
         self.core.chats.stop_all()
         self.deploy_presenter.close()
         super().closeEvent(event)
+        if event.isAccepted():
+            self.closed.emit()
