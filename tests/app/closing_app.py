@@ -1,8 +1,10 @@
 """Run ``fleetgui`` (its real command line, argv as given) and close the main window with
 ``window.close()``, as its close button does, once the app is in the state named by
-``CLOSE_APP_WHEN``: ``shown`` (at once), ``api`` (the API switched on first) or ``streaming``
-(a chat reply is streaming; needs a deployed EXPORT_DIR). Run by ``test_application.py``: the
-test checks the exit status and that no traceback was printed."""
+``CLOSE_APP_WHEN``: ``shown`` (at once), ``ready`` (the model deployed), ``api`` (the API
+switched on too) or ``streaming`` (a chat reply is streaming); all but ``shown`` need an
+EXPORT_DIR. ``demo-app TARGET HOST:PORT,... IDENTITY_DIR`` instead runs the app as ``fleetgui
+demo`` starts it on its local workers (``fleetgui.commands.demo.gui_arguments``), on workers
+already running. The tests check the exit status, the output and what the app left behind."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ interactive = application.interactive
 async def _then_close(core: Any, window: Any) -> None:
     from fleetgui.app.inference import PipelineState
 
-    if WHEN in ("api", "streaming"):
+    if WHEN in ("ready", "api", "streaming"):
         while core.inference.state is not PipelineState.READY:
             await asyncio.sleep(0.05)
     if WHEN == "api":
@@ -52,7 +54,23 @@ async def _closing(core: Any, window: Any) -> int:
 
 application.interactive = _closing
 
+
+def _demo_app(target: str, workers: str, identity: str) -> int:
+    from pathlib import Path
+
+    from fleetgui.cli import build_parser
+    from fleetgui.commands import demo, gui
+    from fleetgui.logging_setup import configure_logging
+    from fleetgui.runtime.draft_source import NGRAM
+
+    configure_logging("info", process="demo")
+    args = build_parser().parse_args(["demo", "--mode", "pp"])
+    return gui.run(demo.gui_arguments(args, Path(target), NGRAM, workers, Path(identity)))
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "demo-app":
+        sys.exit(_demo_app(*sys.argv[2:5]))
     from fleetgui.cli import main
 
     sys.exit(main(sys.argv[1:]))

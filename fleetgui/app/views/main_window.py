@@ -96,6 +96,7 @@ class MainWindow(QMainWindow):
         self._fleet_timer.timeout.connect(self._refresh_fleet)
         self.fleet_view.add_requested.connect(self._add_worker)
         self.fleet_view.pair_requested.connect(self._pair_worker)
+        self.fleet_view.forget_requested.connect(self._forget_worker)
         # deployment, and the model library in its tab
         self.deploy_presenter = DeployPresenter(core, self.deploy_view, self.messages, self)
         # mode
@@ -182,6 +183,9 @@ class MainWindow(QMainWindow):
 
     def _pair_worker(self, name: str, code: str) -> None:
         spawn(self._fleet_action(self.core.fleet_actions.pair(name, code)), "pair worker")
+
+    def _forget_worker(self, name: str) -> None:
+        spawn(self._fleet_action(self.core.fleet_actions.forget_worker(name)), "forget worker")
 
     async def _fleet_action(self, action: Coroutine[Any, Any, None]) -> None:
         try:
