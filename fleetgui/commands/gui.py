@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             mode = apply_start_mode(core, args)
             apply_start_context(core, args)
             if args.export_dir is not None and core.deployment.choose_model(args.export_dir):
+                window.show_chat_when_deployed()
                 core.deployment.deploy(mode)
             return await interactive(core, window)
 

@@ -24,8 +24,9 @@ async def _then_close(core: Any, window: Any) -> None:
     from fleetgui.app.inference import PipelineState
 
     if WHEN in ("ready", "api", "streaming"):
-        while core.inference.state is not PipelineState.READY:
+        while core.inference.state is not PipelineState.READY or core.deployment.state != "idle":
             await asyncio.sleep(0.05)
+        print(f"open tab: {window.tabs.tabText(window.tabs.currentIndex())}", file=sys.stderr)
     if WHEN == "api":
         core.api.port = 0  # any free port: the default one may be taken on the test machine
         window.dashboard.api.switch.setChecked(True)

@@ -99,6 +99,10 @@ class MainWindow(QMainWindow):
         self.fleet_view.forget_requested.connect(self._forget_worker)
         # deployment, and the model library in its tab
         self.deploy_presenter = DeployPresenter(core, self.deploy_view, self.messages, self)
+        self._chat_when_deployed = False  # the model given at start: the chat opens when ready
+        core.deployment.deployed.connect(self._on_deployed)
+        core.deployment.failed.connect(self._not_deployed)
+        core.deployment.cancelled.connect(self._not_deployed)
         # mode
         self.mode_panel.mode_changed.connect(self._set_mode)
         self.mode_panel.invalid.connect(self.messages.show_error)
@@ -173,7 +177,20 @@ class MainWindow(QMainWindow):
         self.deploy_presenter.show_initial_state()
         self.chat_presenter.show_initial_state()
 
+    def show_chat_when_deployed(self) -> None:
+        """Open the chat once the deployment about to start is ready: the model given at start
+        (``fleetgui gui EXPORT``, the demo), which the README says the chat is ready with."""
+        self._chat_when_deployed = True
+
     # -- slots --------------------------------------------------------------------------------
+
+    def _on_deployed(self, _description: str) -> None:
+        if self._chat_when_deployed:
+            self._chat_when_deployed = False
+            self.tabs.setCurrentWidget(self.chat)
+
+    def _not_deployed(self, _why: str) -> None:
+        self._chat_when_deployed = False  # the deployment tab says why; stay there
 
     def _refresh_fleet(self) -> None:
         self.core.fleet.refresh()  # "last seen" texts and colours

@@ -1,7 +1,8 @@
 """Forgetting workers (issue 39: "the fleet view fills with the dead"): the fleet view's
 "Forget" (its button and the row's context menu) removes a worker's row, its place in the list
 of added workers and its pinned key, on real worker processes on loopback; and the demo's app
-forgets its own local workers (their ports are one run's) when it ends."""
+forgets its own local workers (their ports are one run's) when it ends (and opens on the chat
+once its model is deployed)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ def test_the_demo_app_forgets_its_local_workers_when_it_ends(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "pinned the key of worker d1" in done.stderr, done.stderr[-3000:]
     assert "deployed exp-2s" in done.stderr, done.stderr[-3000:]
+    assert "open tab: Chat" in done.stderr  # the demo's model is deployed: the chat is ready
     config = home / "config"
     assert _listed(config / "workers.json") == []
     assert _listed(config / "known_workers.json") == []
