@@ -48,6 +48,7 @@ def test_forget_a_dead_address_and_a_paired_worker(
     qtbot: QtBot, app: App, workers: dict[str, WorkerProcess]
 ) -> None:
     view, window, controller = app.window.fleet_view, app.window, app.controller
+    window.tabs.setCurrentWidget(view)
     view.views.setCurrentWidget(view.table)
     mistyped = f"127.0.0.1:{free_port_pair()}"  # nothing listens there
     for address in (workers["f1"].address, mistyped):
@@ -57,6 +58,14 @@ def test_forget_a_dead_address_and_a_paired_worker(
     qtbot.waitUntil(lambda: status_of(window, mistyped).startswith("port closed"))
     # the message names the address typed, not the info port probed beside it
     qtbot.waitUntil(lambda: f"{mistyped} refused the connection" in window.messages.label.text())
+    # the long message and status wrap or elide: the table's columns stay on screen
+    header = view.table.horizontalHeader()
+
+    def widths() -> list[int]:
+        return [header.sectionSize(c) for c in range(header.count())]
+
+    qtbot.waitUntil(lambda: sum(widths()) <= view.table.viewport().width())
+    assert window.width() <= 1280 and not view.table.horizontalScrollBar().isVisible()
     workers_file = controller.manual.path
     assert _listed(workers_file) == [workers["f1"].address, mistyped]
     assert controller.known.pinned(workers["f1"].address, "f1")
