@@ -70,6 +70,11 @@ def run_in_qt_loop(
     install_asyncgen_finalizer(loop)
     core = core or build_core()
     window = MainWindow(core)
+    # Qt would quit its loop when the last window closes, which stops qasync's loop under the
+    # running task: its cleanup (API, model, fleet) would never run and run_until_complete
+    # raise. The app ends when ``main`` returns instead (``interactive`` waits for the close).
+    quit_on_close = app.quitOnLastWindowClosed()
+    app.setQuitOnLastWindowClosed(False)
 
     async def wrapped() -> T:
         try:
@@ -90,6 +95,7 @@ def run_in_qt_loop(
         window.close()
         loop.close()
         asyncio.set_event_loop(None)
+        app.setQuitOnLastWindowClosed(quit_on_close)
 
 
 @contextmanager
@@ -133,9 +139,7 @@ def _ctrl_c_cancels(task: asyncio.Task[Any]) -> Iterator[None]:
 async def interactive(core: AppCore, window: MainWindow) -> int:
     """Show the window and wait until it is closed."""
     closed = asyncio.Event()
-    app = QApplication.instance()
-    if isinstance(app, QApplication):
-        app.lastWindowClosed.connect(closed.set)
+    window.closed.connect(closed.set)
     window.show()
     log.debug("app window shown")
     await closed.wait()

@@ -37,6 +37,9 @@ class ControllerActions(FleetActions):
     async def pair(self, name: str, code: str) -> None:
         await self.controller.pair(name, code)
 
+    async def forget_worker(self, name: str) -> None:
+        self.controller.forget(name)
+
     async def start(self) -> None:
         await self.controller.start()
 

@@ -60,6 +60,16 @@ class PipelineState(enum.StrEnum):
     CLOSING = "closing"  # the pipeline is being unloaded
 
 
+@dataclass(frozen=True)
+class ReplyFigures:
+    """What a reply ended early (``InferenceService.stopped``) had generated: its footer says
+    so as a finished reply's does, from the streamed tokens (a stopped one has no result)."""
+
+    tokens: int = 0
+    ttft_ms: float = 0.0
+    tokens_per_s: float = 0.0  # as GenerationResult's: tokens after the first / time after it
+
+
 @dataclass
 class _Request:
     id: int
@@ -68,6 +78,17 @@ class _Request:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     messages: tuple[Mapping[str, Any], ...] | None = None  # a chat: its turns, oldest first
+    tokens: int = 0  # streamed so far
+    started_at: float = 0.0  # loop time it began generating; then its first and last token's
+    first_at: float = 0.0
+    last_at: float = 0.0
+
+    def figures(self) -> ReplyFigures:
+        if not self.tokens:
+            return ReplyFigures()
+        decode_s = self.last_at - self.first_at
+        rate = (self.tokens - 1) / decode_s if self.tokens > 1 and decode_s > 0 else 0.0
+        return ReplyFigures(self.tokens, (self.first_at - self.started_at) * 1000, rate)
 
 
 class InferenceService(QObject):
@@ -78,7 +99,7 @@ class InferenceService(QObject):
     started = Signal(int)  # request id: left the queue, generating (at its first tokens)
     delta = Signal(int, str)  # request id, new text
     finished = Signal(int, object)  # request id, GenerationResult
-    stopped = Signal(int)  # request id: ended by stop(); the text so far stands
+    stopped = Signal(int, object)  # request id, ReplyFigures: ended by stop(); the text stands
     failed = Signal(int, str)  # request id, message with the fix
     metric = Signal(object)  # every runtime MetricEvent of the current pipeline
     stream_opened = Signal(int, int)  # request id, its pipeline stream id (at its first tokens)
@@ -261,11 +282,11 @@ class InferenceService(QObject):
                 )
             result = None if request.stop.is_set() else await self._generate(llm, request)
             if result is None:
-                self.stopped.emit(request.id)
+                self.stopped.emit(request.id, request.figures())
             else:
                 self.finished.emit(request.id, result)
         except asyncio.CancelledError:
-            self.stopped.emit(request.id)
+            self.stopped.emit(request.id, request.figures())
         except Exception as exc:
             log.info("reply %d failed: %s", request.id, exc)
             self.failed.emit(request.id, user_message(exc))
@@ -283,6 +304,8 @@ class InferenceService(QObject):
         """Stream the reply out as signals; its result, or None if stopped first. It waits for
         a slot in the pipeline (``started`` says when it has one: at its first tokens)."""
         result: GenerationResult | None = None
+        loop = asyncio.get_running_loop()
+        request.started_at = loop.time()
         stream = llm.astream_result(request.prompt, request.config)
         opened = False
         try:
@@ -293,6 +316,10 @@ class InferenceService(QObject):
                     if isinstance(item, TokenDelta):  # metric events name streams by id
                         self.stream_opened.emit(request.id, item.stream_id)
                 if isinstance(item, TokenDelta):
+                    if item.token_ids:
+                        request.last_at = loop.time()
+                        request.first_at = request.first_at or request.last_at
+                        request.tokens += len(item.token_ids)
                     if item.text:
                         self.delta.emit(request.id, item.text)
                 else:

@@ -111,7 +111,8 @@ def gui_arguments(
     args: argparse.Namespace, target: Path, draft: DraftSource, workers: str, identity: Path
 ) -> argparse.Namespace:
     """``fleetgui gui``'s arguments for the demo's app: deploy ``target`` on ``workers`` at
-    start, in the demo's mode."""
+    start, in the demo's mode; they are forgotten when the app ends (their ports are this
+    run's)."""
     return argparse.Namespace(
         export_dir=target,
         draft=draft,
@@ -123,6 +124,7 @@ def gui_arguments(
         context=args.context,
         kv_reuse=args.kv_reuse,
         kv_budget=args.kv_budget,
+        forget_workers=True,
     )
 
 

@@ -13,7 +13,7 @@ from fleetgui.runtime.draft_source import parse_draft
 
 if TYPE_CHECKING:
     from fleetgui.app.core import AppCore
-    from fleetgui.app.fleet.controller import FleetControllerConfig
+    from fleetgui.app.fleet.controller import FleetController, FleetControllerConfig
     from fleetgui.app.mode import ModeSettings
     from fleetgui.net.keys import KeyPair
 
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_context_arguments(parser)
     # no flag: the demo sets it (its --mode and --k); None opens in the saved mode
-    parser.set_defaults(start_mode=None)
+    parser.set_defaults(start_mode=None, forget_workers=False)  # the demo forgets its workers
 
 
 def apply_start_mode(core: AppCore, args: argparse.Namespace) -> ModeSettings:
@@ -114,6 +114,18 @@ async def _add_workers(core: AppCore, addresses: list[str]) -> list[str]:
     return problems
 
 
+def _forget_workers(controller: FleetController, addresses: list[str]) -> None:
+    """Forget the workers at ``addresses`` (the demo's own, on ports chosen for one run): left
+    in the lists, every demo start would add workers that never answer again."""
+    from fleetgui.errors import FleetguiError
+
+    for address in addresses:
+        try:
+            controller.forget(address)
+        except FleetguiError as exc:
+            log.warning("%s", exc)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.screenshot is None:  # --screenshot renders offscreen: no screen needed
         from fleetgui.display_check import require_display
@@ -141,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.screenshot is None:
         qt_application()
-        core, _ = build_fleet_core(identity)
+        core, controller = build_fleet_core(identity)
 
         async def start(core: AppCore, window: MainWindow) -> int:
             for problem in await _add_workers(core, addresses):
@@ -149,10 +161,15 @@ def run(args: argparse.Namespace) -> int:
             mode = apply_start_mode(core, args)
             apply_start_context(core, args)
             if args.export_dir is not None and core.deployment.choose_model(args.export_dir):
+                window.show_chat_when_deployed()
                 core.deployment.deploy(mode)
             return await interactive(core, window)
 
-        return run_in_qt_loop(start, core=core)
+        try:
+            return run_in_qt_loop(start, core=core)
+        finally:
+            if args.forget_workers:
+                _forget_workers(controller, addresses)
 
     request = ScreenshotRequest(
         out_dir=args.screenshot,

@@ -216,7 +216,9 @@ class InfoProbeServer:
 
 async def _check_tcp(host: str, port: int, address: str, deadline: float) -> None:
     """Raise the right :class:`WorkerProbeError` unless ``host:port`` speaks ZMTP."""
-    where = format_address(host, port)  # the port probed, which need not be ``address``'s
+    # Named by the address the user gave (``address``): the port probed is its info port,
+    # one above, and a message naming only that one reads as a typo of ours.
+    where = f"{address} (info port {port})"
     loop = asyncio.get_running_loop()
     try:
         reader, writer = await asyncio.wait_for(
@@ -226,7 +228,8 @@ async def _check_tcp(host: str, port: int, address: str, deadline: float) -> Non
         raise WorkerProbeError(
             WorkerStatusReason.PORT_CLOSED,
             address,
-            f"{host} refused a connection to port {port} (nothing listens there)",
+            f"{address} refused the connection (its info port {port} is closed): "
+            "no fleetgui worker runs there",
         ) from exc
     except TimeoutError as exc:
         raise WorkerProbeError(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -89,3 +90,32 @@ def test_ctrl_c_ends_the_app_cleanly(tmp_path: Path) -> None:
 def _read_lines(stream: IO[str], out: queue.Queue[str]) -> None:
     for line in stream:
         out.put(line)
+
+
+CLOSING_APP = Path(__file__).with_name("closing_app.py")
+
+
+@pytest.mark.parametrize("when", ["shown", "api", "streaming"])
+def test_closing_the_window_ends_the_app_cleanly(
+    tmp_path: Path, tiny_export: Callable[..., Path], when: str
+) -> None:
+    """The window's close event (its close button) ends ``fleetgui gui`` with status 0 and no
+    traceback: with no model, with the API serving the deployed one, with a reply streaming
+    (issue 39: Qt quit the loop under qasync when the last window closed, before the cleanup)."""
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "FLEETGUI_HOME": str(tmp_path / "home"),
+        "CLOSE_APP_WHEN": when,
+    }
+    export = [] if when == "shown" else [str(tiny_export(1))]
+    done = subprocess.run(
+        [sys.executable, str(CLOSING_APP), "gui", *export],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "failed" not in done.stderr, done.stderr[-3000:]
+    if when == "api":
+        assert "serving=True" in done.stderr, done.stderr[-3000:]
+    if when == "streaming":
+        assert "a reply is streaming" in done.stderr, done.stderr[-3000:]

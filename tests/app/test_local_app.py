@@ -114,6 +114,9 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     assert finished.args == [conversation, "stopped"]
     last = session.get(conversation).messages[-1]
     assert last.role == ASSISTANT and last.finish_reason == "stopped" and last.text
+    # its counts, as a finished reply's (issue 39: a stopped reply showed none)
+    assert last.tokens > 0 and last.ttft_ms > 0
+    assert f"{last.tokens} tokens" in window.chat.transcript.toPlainText()
     assert not session.is_busy(conversation) and not window.chat.stop_button.isEnabled()
     pipeline = core.inference.pipeline
     stages = pipeline.route.stages  # type: ignore[union-attr]

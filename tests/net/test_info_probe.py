@@ -66,9 +66,12 @@ def test_probe_reads_fresh_info_from_a_real_server() -> None:
 def test_closed_port_is_port_closed_at_once() -> None:
     async def body() -> None:
         start = time.monotonic()
-        error = await expect_reason(protocol_port(), WorkerStatusReason.PORT_CLOSED)
+        port = protocol_port()
+        error = await expect_reason(port, WorkerStatusReason.PORT_CLOSED)
         assert time.monotonic() - start < TIMEOUT_S / 2  # refused: no need to wait
         assert "refused" in str(error) and "fleetgui worker" in str(error)
+        # named by the address the user typed, not by the info port probed (port + 1) alone
+        assert error.detail.startswith(f"127.0.0.1:{port} refused the connection"), str(error)
 
     run(body)
 

@@ -25,7 +25,7 @@ from fleetgui.app.chat.conversation import (
 )
 from fleetgui.app.chat.history import HistoryStore
 from fleetgui.app.errors import user_message
-from fleetgui.app.inference import InferenceService
+from fleetgui.app.inference import InferenceService, ReplyFigures
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.generation import GenerationResult
 
@@ -236,10 +236,21 @@ class Chats(QObject):
         )
         self._end(request, message, result.finish_reason)
 
-    def _on_stopped(self, request: int) -> None:
+    def _on_stopped(self, request: int, figures: ReplyFigures) -> None:
         reply = self._replies.get(request)
         text = reply.text if reply is not None else ""
-        message = finished_message(text, ReplyEnd.STOPPED) if text else None
+        # the counts streamed so far, so a stopped reply's footer is as a finished one's
+        message = (
+            finished_message(
+                text,
+                ReplyEnd.STOPPED,
+                tokens=figures.tokens,
+                ttft_ms=figures.ttft_ms,
+                tokens_per_s=figures.tokens_per_s,
+            )
+            if text
+            else None
+        )
         self._end(request, message, ReplyEnd.STOPPED)
 
     def _on_failed(self, request: int, error: str) -> None:

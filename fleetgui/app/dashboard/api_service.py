@@ -3,8 +3,10 @@
 
 The server runs on the app's event loop (Qt's, through qasync), beside the chat's replies: both
 generate through the same ``LLMPipeline`` (``InferenceService.llm``), within its stream limit.
-Its key is kept in the OS keyring (``fleetgui/api-key``, made the first time); without a usable
-keyring a key is made for this session only. A new deployment restarts the server on the new
+As ``fleetgui serve``, it asks for no key on loopback (127.0.0.1: only this PC's programs reach it,
+and the README's ``api_key="none"`` works); on another interface it needs one, kept in the OS
+keyring (``fleetgui/api-key``, made the first time; without a usable keyring a key is made for
+this session only). A new deployment restarts the server on the new
 pipeline; unloading stops it until the next one.
 """
 
@@ -106,13 +108,14 @@ class ApiService(QObject):
             )
             return
         from fleetgui.api.served import ServedModel
-        from fleetgui.api.server import ApiServer, ServerConfig
+        from fleetgui.api.server import ApiServer, ServerConfig, is_loopback
 
         mode = self.inference.mode
         name = Path(llm.tokenizer.folder).parent.name  # the export's folder name
         try:
             served = ServedModel(llm, name, k=mode.draft_tokens)  # the chat's: one stream limit
-            key = self._api_key()
+            # a key only where other machines can connect, as `fleetgui serve` does
+            key = None if is_loopback(self.host) else self._api_key()
             config = ServerConfig(self.host, self.port, key, max_streams=mode.concurrency)
             server = ApiServer(served, config)
             url = await server.start()
@@ -123,7 +126,8 @@ class ApiService(QObject):
             return
         self._server = server
         self._timer.start()
-        self._set_state(ApiState(True, url, key, name))
+        note = "" if key else f"no key needed: only programs on this PC reach {self.host}"
+        self._set_state(ApiState(True, url, key or "", name, note))
 
     async def _shutdown(self) -> None:
         server, self._server = self._server, None

@@ -67,3 +67,16 @@ def weights_text(folder: Path, kind: ModelKind) -> str:
     except ManifestError:
         return ""  # deploying it says what is wrong
     return weights_label(manifest.weight_format, manifest.quality)
+
+
+def export_shape(folder: Path, kind: ModelKind) -> tuple[str, int] | None:
+    """An export's weight format and stage count, which the Export row shows instead of the
+    settings for the next export (an int8 export under "int4" read as a contradiction); None
+    for a model that is not an export, or an unreadable manifest."""
+    if kind is not ModelKind.EXPORT:
+        return None
+    try:
+        manifest = read_manifest(folder)
+    except ManifestError:
+        return None
+    return manifest.weight_format, len(manifest.stages)

@@ -27,6 +27,17 @@ RootsFor = Callable[[Sequence[str]], LibraryRoots]  # the user's added folders -
 CLOSE_WAIT_MS = 10_000  # a scan reads headers only: seconds at most, even for a big cache
 
 
+def library_summary(entries: Sequence[ModelEntry]) -> str:
+    """The line above the library's table, counting the rows it lists: the demo model is one
+    (and usable), so "0 found, 0 usable" over a usable demo row does not contradict the table."""
+    found = [e for e in entries if e.source is not Source.DEMO]
+    parts = [f"{len(found)} found on this PC"]
+    if len(found) < len(entries):
+        parts.insert(0, "the demo model")
+    usable = sum(e.supported for e in entries)
+    return f"{len(entries)} model(s), {usable} usable by fleetgui: {' and '.join(parts)}"
+
+
 class _Done(QObject):
     """Carries a scan's result from the worker thread to the GUI thread (a queued signal)."""
 

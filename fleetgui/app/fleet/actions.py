@@ -26,6 +26,11 @@ class FleetActions(ABC):
     async def pair(self, name: str, code: str) -> None:
         """Pair with worker ``name`` using the one-time code it shows."""
 
+    @abstractmethod
+    async def forget_worker(self, name: str) -> None:
+        """Forget worker ``name`` (a row's name, or an address): its row, its place in the
+        list of added workers and its pinned key; raise a ``FleetguiError`` saying why not."""
+
     async def start(self) -> None:  # noqa: B027 (optional hook)
         """Start watching the fleet (called once the app's loop runs)."""
 
@@ -45,4 +50,7 @@ class NoFleet(FleetActions):
         raise FleetUnavailableError(self.MESSAGE)
 
     async def pair(self, name: str, code: str) -> None:
+        raise FleetUnavailableError(self.MESSAGE)
+
+    async def forget_worker(self, name: str) -> None:
         raise FleetUnavailableError(self.MESSAGE)

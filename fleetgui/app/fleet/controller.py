@@ -162,6 +162,32 @@ class FleetController(QObject):
         worker.paired = None
         await self._refresh_one(worker)
 
+    def forget(self, worker: str) -> None:
+        """Forget the worker whose row is ``worker`` (or whose address it is): its row, its
+        place in ``workers.json`` and its pinned key go, so a dead or mistyped address does not
+        stay listed for good. Raise saying why not when it is unknown or deployed on."""
+        found = self._workers.get(worker) or next(
+            (w for w in self._workers.values() if w.row == worker), None
+        )
+        if found is None:
+            raise FleetguiError(f"{worker} is not a worker this PC knows: nothing to forget")
+        name = found.info.name if found.info is not None else found.row
+        if name is not None and self._link_status(name) is not None:
+            raise FleetguiError(
+                f"worker {name} runs part of the deployed model: unload it (Model & "
+                "deployment) before forgetting the worker"
+            )
+        was_usable = self._usable(found)
+        del self._workers[found.address]  # a probe under way sees this and shows nothing
+        self.manual.remove(found.address)
+        if found.info is not None:
+            self.known.forget(found.info.address, found.info.name)
+        if found.row is not None:
+            self.fleet.remove(found.row)
+        log.info("forgot worker %s (%s)", name or found.address, found.address)
+        if was_usable:
+            self.usable_changed.emit()
+
     # -- probing ------------------------------------------------------------------------------
 
     async def refresh(self) -> None:
@@ -176,6 +202,8 @@ class FleetController(QObject):
     async def _refresh_one(self, worker: WatchedWorker) -> None:
         async with worker.lock:
             probe = await worker.probe(self.known, self.identity, self.config.probe_timeout_s)
+            if self._workers.get(worker.address) is not worker:
+                return  # forgotten while it was probed
             info = worker.info
             if not probe.answered or info is None:
                 self._show_unseen(worker, probe.reason, probe.detail)

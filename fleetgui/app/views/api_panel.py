@@ -53,7 +53,8 @@ class ApiPanel(QGroupBox):
         finally:
             self.switch.blockSignals(blocked)
         if state.serving:
-            self.url.setText(f"{state.url}  (model {state.model})")
+            note = f"; {state.note}" if state.note else ""
+            self.url.setText(f"{state.url}  (model {state.model}{note})")
         else:
             self.url.setText(state.note or OFF_TEXT)
         self.key.setText(state.key)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from fleetgui.app.dashboard.metrics_series import CHARTS, ChartSpec, SeriesStore
+from fleetgui.app.dashboard.series_colors import SeriesColors
 from fleetgui.app.theme import colors
 from fleetgui.app.views.api_panel import ApiPanel
 from fleetgui.app.views.bench_panel import BenchPanel
@@ -39,6 +40,7 @@ class DashboardView(QWidget):
         super().__init__(parent)
         self.plots: dict[str, pg.PlotWidget] = {}
         self.curves: dict[tuple[str, str], pg.PlotDataItem] = {}
+        self.series_colors = SeriesColors()  # a chat's lines share one colour on every chart
         grid = QGridLayout()
         for index, chart in enumerate(CHARTS):
             plot = pg.PlotWidget(title=chart.title)
@@ -98,10 +100,10 @@ class DashboardView(QWidget):
             legend = plot.getPlotItem().legend
             if legend is not None:
                 legend.setLabelTextColor(palette.foreground)
-            for index, curve in enumerate(plot.listDataItems()):
-                color = palette.series[index % len(palette.series)]
-                curve.setPen(pg.mkPen(color, width=2))
-                curve.setSymbolBrush(color)
+        for (_, name), curve in self.curves.items():
+            color = self.series_colors.color(name, palette.series)
+            curve.setPen(pg.mkPen(color, width=2))
+            curve.setSymbolBrush(color)
 
     def _ask_png(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save charts", "charts.png", "PNG (*.png)")
@@ -149,9 +151,8 @@ class DashboardView(QWidget):
     def _curve(self, chart: ChartSpec, name: str) -> pg.PlotDataItem:
         curve = self.curves.get((chart.key, name))
         if curve is None:
-            palette = colors().series
             plot = self.plots[chart.key]
-            color = palette[len(plot.listDataItems()) % len(palette)]
+            color = self.series_colors.color(name, colors().series)
             symbol = "o" if chart.key == "ttft_ms" else None
             # "finite": a series' NaN entries are its breaks (idle gaps), not drawn across
             curve = plot.plot(

@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer
 
 from fleetgui.app.core import AppCore
+from fleetgui.app.deploy.model_choice import ModelKind, export_shape
 from fleetgui.app.deploy.model_library import use_entry
 from fleetgui.app.views.deploy_view import DeploymentView
 from fleetgui.app.views.message_bar import MessageBar
@@ -58,6 +59,7 @@ class DeployPresenter(QObject):
         ):
             signal.connect(slot)
         deployment.model_changed.connect(lambda folder, _: core.settings.update(model_dir=folder))
+        deployment.model_changed.connect(self._show_export_settings)
         view.weights.currentTextChanged.connect(core.set_export_weights)
         view.context_panel.changed.connect(core.set_context)
         self._connect_library(messages)
@@ -81,8 +83,8 @@ class DeployPresenter(QObject):
     def show_initial_state(self) -> None:
         """The saved export settings and model; the library is scanned once the window is up."""
         core = self.core
-        self.view.weights.setCurrentText(core.deployment.export_weights)
         deployment = core.deployment
+        self.view.show_export_settings(deployment.export_weights, deployment.export_stages)
         self.view.context_panel.show_values(
             deployment.context or 0, deployment.kv_reuse, (deployment.kv_budget or 0) >> 20
         )
@@ -90,6 +92,14 @@ class DeployPresenter(QObject):
         saved = core.settings.values.model_dir
         if saved and Path(saved).is_dir():
             core.deployment.choose_model(Path(saved))
+
+    def _show_export_settings(self, folder: str, kind: ModelKind) -> None:
+        """An export shows its own weights and stages (nothing to export); any other model the
+        settings its export will use."""
+        shape = export_shape(Path(folder), kind)
+        deployment = self.core.deployment
+        weights, stages = shape or (deployment.export_weights, deployment.export_stages)
+        self.view.show_export_settings(weights, stages, editable=shape is None)
 
     def close(self) -> None:
         """The window closes: no more rescans, and the library's scan stops."""

@@ -150,6 +150,7 @@ class DeploymentView(QWidget):
         self.workers_box = QGroupBox("Deployment progress per PC")
         self.workers_form = QFormLayout(self.workers_box)
         self.worker_bars: dict[str, QProgressBar] = {}
+        self._deployed = False  # the last deployment ended ready: the overall bar stays full
         self.deploy_button = QPushButton("Deploy")
         self.deploy_button.setDefault(True)
         self.deploy_button.clicked.connect(self.deploy_requested.emit)
@@ -199,6 +200,19 @@ class DeploymentView(QWidget):
         self.layer_times.clear()
         self.layout_info.clear()
 
+    def show_export_settings(self, weights: str, stages: int, editable: bool = True) -> None:
+        """Show these export settings without asking to keep them (no signal)."""
+        blocked = self.weights.blockSignals(True)
+        try:
+            self.weights.clear()
+            self.weights.addItems(WEIGHTS if weights in WEIGHTS else (*WEIGHTS, weights))
+            self.weights.setCurrentText(weights)
+        finally:
+            self.weights.blockSignals(blocked)
+        self.stages.setValue(stages)
+        self.weights.setEnabled(editable)
+        self.stages.setEnabled(editable)
+
     def on_state(self, state: JobState) -> None:
         busy = state is not JobState.IDLE
         self.status.setText(state.value)
@@ -206,11 +220,15 @@ class DeploymentView(QWidget):
         self.deploy_button.setEnabled(not busy)
         self.export_button.setEnabled(not busy and self._exportable)
         self.library.set_busy(busy)
+        if state is JobState.DEPLOYING:
+            self._deployed = False
+            self._clear_worker_bars()  # a PC left out of this deployment keeps no old bar
         if busy:
             self.progress.setRange(0, 0)  # busy indicator until a step is reported
         else:
+            # full once deployed, as every PC's bar then is; empty otherwise
             self.progress.setRange(0, 1)
-            self.progress.setValue(0)
+            self.progress.setValue(1 if self._deployed else 0)
 
     def on_weights_described(self, text: str) -> None:
         self.weights_info.setText(text)
@@ -265,9 +283,25 @@ class DeploymentView(QWidget):
         bar.setValue(int(progress.fraction * 1000))
         bar.setFormat(f"{progress.step} (%p%)")
         self.status.setText(str(progress))
+        # the overall bar: every PC's share done, so it never contradicts the bars above it
+        bars = self.worker_bars.values()
+        self.progress.setRange(0, 1000 * len(bars))
+        self.progress.setValue(sum(b.value() for b in bars))
+
+    def _clear_worker_bars(self) -> None:
+        while self.workers_form.rowCount():
+            self.workers_form.removeRow(0)
+        self.worker_bars.clear()
 
     def on_deployed(self, description: str) -> None:
         self.ready.setText(f"Ready: {description}. Open Chat to talk to it.")
+        self._deployed = True
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
 
     def on_unloaded(self) -> None:
         self.ready.setText("nothing deployed")
+        self._deployed = False
+        if not self.cancel_button.isEnabled():  # idle: a redeploy's unloading keeps its bar
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QPushButton,
     QTableView,
     QTabWidget,
@@ -35,6 +36,7 @@ class FleetView(QWidget):
 
     add_requested = Signal(str)  # host:port
     pair_requested = Signal(str, str)  # worker name, pairing code
+    forget_requested = Signal(str)  # worker name
 
     def __init__(self, workers: WorkerTableModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -60,8 +62,14 @@ class FleetView(QWidget):
         self.code.setPlaceholderText("pairing code shown by the worker")
         pair = QPushButton("Pair selected")
         pair.clicked.connect(self._pair)
+        # a dead or mistyped worker would otherwise stay listed for good
+        forget = QPushButton("Forget selected")
+        forget.setToolTip("Remove the selected worker from this list and forget its key")
+        forget.clicked.connect(self._forget)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._show_menu)
         actions = QHBoxLayout()
-        for widget in (self.address, add, self.code, pair):
+        for widget in (self.address, add, self.code, pair, forget):
             actions.addWidget(widget)
         self.summary = QLabel()
         self.picture = TopologyView()
@@ -95,11 +103,36 @@ class FleetView(QWidget):
         if row is not None:
             self.table.selectRow(row)
 
-    def _pair(self) -> None:
+    def selected_worker(self) -> str | None:
+        """The name of the worker whose row is selected, if any."""
         selected = self.table.selectionModel().selectedRows()
-        if selected:
-            worker = selected[0].data(ROW_ROLE)
-            self.pair_requested.emit(worker.name, self.code.text().strip())
+        return selected[0].data(ROW_ROLE).name if selected else None
+
+    def _pair(self) -> None:
+        name = self.selected_worker()
+        if name is not None:
+            self.pair_requested.emit(name, self.code.text().strip())
+
+    def _forget(self) -> None:
+        name = self.selected_worker()
+        if name is not None:
+            self.forget_requested.emit(name)
+
+    def forget_menu(self, row: int) -> QMenu | None:
+        """The context menu of ``row`` (None for this PC's, which cannot be forgotten)."""
+        worker = self.workers.row_at(row) if 0 <= row < self.workers.rowCount() else None
+        if worker is None or worker.coordinator:
+            return None
+        menu = QMenu(self.table)
+        action = menu.addAction(f"Forget {worker.name}")
+        action.triggered.connect(lambda: self.forget_requested.emit(worker.name))
+        return menu
+
+    def _show_menu(self, position: QPoint) -> None:
+        index = self.table.indexAt(position)
+        menu = self.forget_menu(index.row()) if index.isValid() else None
+        if menu is not None:
+            menu.exec(self.table.viewport().mapToGlobal(position))
 
     def _show_changes(self, *_: object) -> None:
         self.summary.setText(self.workers.summary())

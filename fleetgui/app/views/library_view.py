@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fleetgui.app.deploy.model_library import library_summary
 from fleetgui.app.theme import colors
 from fleetgui.library import Format, ModelEntry, Source
 from fleetgui.library.entry import parameters_text, size_text
@@ -186,9 +187,7 @@ class LibraryView(QWidget):
             self.table.clearSelection()
             if self._first_run and entries:
                 self.table.selectRow(0)  # the demo: where a new user starts
-        usable = sum(e.supported for e in entries if e.source is not Source.DEMO)
-        found = sum(e.source is not Source.DEMO for e in entries)
-        self.status.setText(f"{found} model(s) found on this PC, {usable} usable by fleetgui")
+        self.status.setText(library_summary(entries))
         self._update_buttons()
 
     def set_scanning(self, scanning: bool) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
@@ -49,6 +49,8 @@ BENCH_HOLD_NOTE = (
 
 
 class MainWindow(QMainWindow):
+    closed = Signal()  # its close event was accepted (the close button, or close())
+
     def __init__(self, core: AppCore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.core = core
@@ -94,8 +96,13 @@ class MainWindow(QMainWindow):
         self._fleet_timer.timeout.connect(self._refresh_fleet)
         self.fleet_view.add_requested.connect(self._add_worker)
         self.fleet_view.pair_requested.connect(self._pair_worker)
+        self.fleet_view.forget_requested.connect(self._forget_worker)
         # deployment, and the model library in its tab
         self.deploy_presenter = DeployPresenter(core, self.deploy_view, self.messages, self)
+        self._chat_when_deployed = False  # the model given at start: the chat opens when ready
+        core.deployment.deployed.connect(self._on_deployed)
+        core.deployment.failed.connect(self._not_deployed)
+        core.deployment.cancelled.connect(self._not_deployed)
         # mode
         self.mode_panel.mode_changed.connect(self._set_mode)
         self.mode_panel.invalid.connect(self.messages.show_error)
@@ -170,7 +177,20 @@ class MainWindow(QMainWindow):
         self.deploy_presenter.show_initial_state()
         self.chat_presenter.show_initial_state()
 
+    def show_chat_when_deployed(self) -> None:
+        """Open the chat once the deployment about to start is ready: the model given at start
+        (``fleetgui gui EXPORT``, the demo), which the README says the chat is ready with."""
+        self._chat_when_deployed = True
+
     # -- slots --------------------------------------------------------------------------------
+
+    def _on_deployed(self, _description: str) -> None:
+        if self._chat_when_deployed:
+            self._chat_when_deployed = False
+            self.tabs.setCurrentWidget(self.chat)
+
+    def _not_deployed(self, _why: str) -> None:
+        self._chat_when_deployed = False  # the deployment tab says why; stay there
 
     def _refresh_fleet(self) -> None:
         self.core.fleet.refresh()  # "last seen" texts and colours
@@ -180,6 +200,9 @@ class MainWindow(QMainWindow):
 
     def _pair_worker(self, name: str, code: str) -> None:
         spawn(self._fleet_action(self.core.fleet_actions.pair(name, code)), "pair worker")
+
+    def _forget_worker(self, name: str) -> None:
+        spawn(self._fleet_action(self.core.fleet_actions.forget_worker(name)), "forget worker")
 
     async def _fleet_action(self, action: Coroutine[Any, Any, None]) -> None:
         try:
@@ -256,3 +279,5 @@ class MainWindow(QMainWindow):
         self.core.chats.stop_all()
         self.deploy_presenter.close()
         super().closeEvent(event)
+        if event.isAccepted():
+            self.closed.emit()

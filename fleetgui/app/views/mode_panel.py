@@ -91,6 +91,10 @@ class ModePanel(QGroupBox):
         self.draft.editingFinished.connect(self._changed)
         self.ngram.toggled.connect(self._changed)
         self._updating = False
+        # In PP and PP+MB nothing drafts: the n-gram box shows unticked and disabled, and
+        # whether it was ticked is kept here for a switch back to a speculative mode.
+        self._draft_shown = True
+        self._ngram_kept = False
         self.set_mode(ModeSettings())
 
     def _choose_draft(self) -> None:
@@ -103,17 +107,27 @@ class ModePanel(QGroupBox):
         mode = next((m for m, b in self.buttons.items() if b.isChecked()), Mode.PP)
         folder = self.draft.text().strip()
         draft: DraftSource | None = Path(folder) if folder else None
-        if self.ngram.isChecked():
+        if self.ngram.isChecked() if self._draft_shown else self._ngram_kept:
             draft = NGRAM
         k: int | Literal["auto"] = "auto" if self.k_auto.isChecked() else self.k.value()
         return ModeSettings(mode, k, draft, self.streams.value())
 
     def _refresh(self, mode: ModeSettings) -> None:
         speculative = mode.mode.speculative
+        if speculative != self._draft_shown:
+            if not speculative:
+                self._ngram_kept = self.ngram.isChecked()
+            updating, self._updating = self._updating, True
+            try:
+                self.ngram.setChecked(speculative and self._ngram_kept)
+            finally:
+                self._updating = updating
+            self._draft_shown = speculative
         self.k.setEnabled(speculative and mode.k != "auto")
         self.k_auto.setEnabled(speculative)
-        self.draft.setEnabled(mode.draft_dir != NGRAM)
-        self.choose_draft.setEnabled(mode.draft_dir != NGRAM)
+        self.ngram.setEnabled(speculative)
+        self.draft.setEnabled(speculative and mode.draft_dir != NGRAM)
+        self.choose_draft.setEnabled(speculative and mode.draft_dir != NGRAM)
         self.streams.setEnabled(mode.mode.interleaved)
         self.description.setText(DESCRIPTIONS[mode.mode])
 
@@ -138,6 +152,7 @@ class ModePanel(QGroupBox):
                 self.k.setValue(mode.k)
             self.streams.setValue(mode.streams)
             self.ngram.setChecked(mode.draft_dir == NGRAM)
+            self._draft_shown = True  # _refresh hides it in a mode that does not draft
             folder = mode.draft_dir if mode.draft_dir != NGRAM else None
             self.draft.setText(str(folder) if folder else "")
         finally:

@@ -13,6 +13,7 @@ from PySide6.QtGui import (
     QBrush,
     QColor,
     QFont,
+    QFontMetricsF,
     QMouseEvent,
     QPainter,
     QPainterPath,
@@ -38,6 +39,7 @@ NODE_W, NODE_H = 230.0, 104.0
 RADIUS = 230.0  # of the ring's circle, for three or more PCs
 ROW_GAP = 70.0  # between the ring and the row of PCs outside it
 PAD = 10.0
+TEXT_INSET = 8.0  # between a box's border and its text
 ROLE_TEXT = {
     Role.COORDINATOR: "this PC (coordinator)",
     Role.WORKER: "worker",
@@ -187,12 +189,15 @@ class TopologyView(QGraphicsView):
         self._texts[node.name] = "\n".join(lines)
         y = -NODE_H / 2 + 6
         for i, line in enumerate(lines):
-            text = QGraphicsSimpleTextItem(_elide(line, 38), box)
+            text = QGraphicsSimpleTextItem(box)
             font = QFont(text.font())
             font.setBold(i == 0)
             text.setFont(font)
+            # elided to the box's inner width in this font (a count of characters let wide
+            # texts and bold titles run over the border); the tooltip has them whole
+            text.setText(_elide(line, font, NODE_W - 2 * TEXT_INSET))
             text.setBrush(QColor(palette.error if lost and i in (0, 4) else palette.foreground))
-            text.setPos(-NODE_W / 2 + 8, y)
+            text.setPos(-NODE_W / 2 + TEXT_INSET, y)
             y += 18
         if node.busy > 0 and not lost:
             bar = QGraphicsRectItem(QRectF(-NODE_W / 2, NODE_H / 2 - 5, NODE_W * node.busy, 5), box)
@@ -255,5 +260,6 @@ def _label(scene: QGraphicsScene, text: str, centre: QPointF, color: QColor) -> 
     item.setParentItem(back)
 
 
-def _elide(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _elide(text: str, font: QFont, width: float) -> str:
+    """``text`` cut with "…" to fit ``width`` pixels in ``font``."""
+    return QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, width)

@@ -1,7 +1,9 @@
 """The app's API switch: it serves the deployed model on the OpenAI-compatible API while the
 chat window keeps generating (a real tiny export on this PC, the real server on qasync's loop,
-the official ``openai`` client in a thread), shows the URL, the key (copied by its button) and
-the requests per second, and stops the server when switched off."""
+the official ``openai`` client in a thread), shows the URL and the requests per second, asks
+for no key on 127.0.0.1 (as ``fleetgui serve``: the README's ``api_key="none"`` works) and for
+one on another interface (kept in the OS keyring, copied by its button), and stops the server
+when switched off."""
 
 from __future__ import annotations
 
@@ -50,12 +52,12 @@ def test_the_switch_serves_the_model_while_the_chat_generates(
     qtbot.waitUntil(lambda: core.api.state.serving, timeout=TIMEOUT_MS)
     state = core.api.state
     assert state.url.startswith("http://127.0.0.1:") and state.url in panel.url.text()
-    assert state.model == "tiny-2s" and state.key.startswith("sk-")
-    assert os_keyring.store[("fleetgui", "api-key")] == state.key  # kept in the OS keyring
-    panel.copy_key.click()
-    assert QGuiApplication.clipboard().text() == state.key
+    # on loopback no key, as `fleetgui serve` (issue 39: the app demanded one)
+    assert state.model == "tiny-2s" and state.key == "" and not panel.copy_key.isEnabled()
+    assert "no key needed" in panel.url.text()
+    assert ("fleetgui", "api-key") not in os_keyring.store
 
-    client = openai.OpenAI(base_url=state.url, api_key=state.key, max_retries=0)
+    client = openai.OpenAI(base_url=state.url, api_key="none", max_retries=0)  # the README's
     spans: dict[str, list[float]] = {"api": [], "chat": []}
     api_text: list[str] = []
 
@@ -97,3 +99,30 @@ def test_the_switch_serves_the_model_while_the_chat_generates(
     with pytest.raises(openai.APIConnectionError):
         client.models.list()
     assert not panel.copy_key.isEnabled() or panel.key.text() == ""
+
+    # on every interface, other machines could connect: a key, kept in the OS keyring
+    core.api.host = "0.0.0.0"
+    panel.switch.setChecked(True)
+    qtbot.waitUntil(lambda: core.api.state.serving, timeout=TIMEOUT_MS)
+    state = core.api.state
+    assert state.key.startswith("sk-") and panel.copy_key.isEnabled()
+    assert os_keyring.store[("fleetgui", "api-key")] == state.key
+    panel.copy_key.click()
+    assert QGuiApplication.clipboard().text() == state.key
+    url = f"http://127.0.0.1:{core.api.server.port}/v1"  # type: ignore[union-attr]
+    listed: list[object] = []
+
+    def models(key: str) -> None:
+        try:
+            listed.append(openai.OpenAI(base_url=url, api_key=key, max_retries=0).models.list())
+        except openai.AuthenticationError as exc:
+            listed.append(exc)
+
+    for key in ("none", state.key):  # the client blocks: in a thread, while Qt's loop serves
+        asker = threading.Thread(target=models, args=(key,))
+        asker.start()
+        qtbot.waitUntil(lambda a=asker: not a.is_alive(), timeout=TIMEOUT_MS)  # type: ignore[misc]
+    assert isinstance(listed[0], openai.AuthenticationError)
+    assert [m.id for m in listed[1].data] == ["tiny-2s"]  # type: ignore[attr-defined]
+    panel.switch.setChecked(False)
+    qtbot.waitUntil(lambda: core.api.server is None)

@@ -26,7 +26,14 @@ pytest.importorskip("qasync")
 from app_support import TIMEOUT_MS, QtBot, make_window
 
 from fleetgui.app.dashboard.metrics_feed import AGGREGATE, MetricsFeed
-from fleetgui.app.dashboard.metrics_series import STAGE_MS, TOKENS_PER_S, SeriesStore
+from fleetgui.app.dashboard.metrics_series import (
+    ACCEPTANCE,
+    CHOSEN_K,
+    STAGE_MS,
+    TOKENS_PER_S,
+    ChartSpec,
+    SeriesStore,
+)
 from fleetgui.app.dashboard.rates import RateMeter
 from fleetgui.app.dashboard.stream_labels import StreamLabels
 from fleetgui.app.views.dashboard_view import DashboardView
@@ -160,6 +167,31 @@ def test_the_chart_draws_no_line_across_an_idle_gap(qtbot: QtBot) -> None:
     pieces = path.toSubpathPolygons()
     spans = sorted((min(p.x() for p in poly), max(p.x() for p in poly)) for poly in pieces)
     assert spans == [(0.0, pytest.approx(1.0)), (9.0, pytest.approx(10.0))]
+
+
+def test_a_chat_has_one_colour_on_every_chart(qtbot: QtBot) -> None:
+    """Issue 39: each chart coloured its lines in the order it met them, so a chat charted
+    after "all streams" on tokens/s but first on acceptance had two colours."""
+    store = SeriesStore()
+    store.add(TOKENS_PER_S, AGGREGATE, 0.0, 100.0)  # the all-streams rate comes first here
+    for chart in (TOKENS_PER_S, ACCEPTANCE, CHOSEN_K):
+        for chat in ("Tell me a story", "Write a function"):
+            store.add(chart, chat, 0.5, 1.0)
+    view = DashboardView()
+    qtbot.addWidget(view)
+    view.show_series(store)
+
+    def color(chart: ChartSpec, name: str) -> str:
+        return str(view.curves[(chart.key, name)].opts["pen"].color().name())
+
+    for chat in ("Tell me a story", "Write a function"):
+        assert len({color(chart, chat) for chart in (TOKENS_PER_S, ACCEPTANCE, CHOSEN_K)}) == 1
+    assert color(ACCEPTANCE, "Tell me a story") != color(ACCEPTANCE, "Write a function")
+    assert color(TOKENS_PER_S, AGGREGATE) not in {
+        color(TOKENS_PER_S, chat) for chat in ("Tell me a story", "Write a function")
+    }
+    view.apply_theme()  # a theme change recolours them alike
+    assert color(TOKENS_PER_S, "Write a function") == color(CHOSEN_K, "Write a function")
 
 
 # -- the real app -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ pytest.importorskip("qasync")
 from app_support import TIMEOUT_MS, QtBot, drive, new_chat, send_and_wait
 from fleet_support import WorkerProcess
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGraphicsSimpleTextItem
 
 from fleetgui.app.core import AppCore
 from fleetgui.app.deploy.fleet import FleetDeployer
@@ -29,6 +30,7 @@ from fleetgui.app.fleet.topology import (
     FleetLayout,
     LinkFacts,
     Move,
+    Node,
     RingSpec,
     Role,
     Topology,
@@ -41,6 +43,7 @@ from fleetgui.app.fleet.worker_status import WorkerRow, WorkerStatus
 from fleetgui.app.fleet.worker_table import WorkerTableModel
 from fleetgui.app.views.fleet_view import FleetView
 from fleetgui.app.views.main_window import MainWindow
+from fleetgui.app.views.topology_view import TopologyView
 from fleetgui.fleet.placement.preview import export_stages
 from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.net.worker_info import WorkerInfo
@@ -220,6 +223,29 @@ def test_a_click_on_a_pc_in_the_picture_selects_it_for_pairing(qtbot: QtBot) -> 
     point = picture.mapFromScene(box.sceneBoundingRect().center())
     qtbot.mouseClick(picture.viewport(), Qt.MouseButton.LeftButton, pos=point)
     assert model.index(view.table.currentIndex().row(), 0).data() == "newpc"
+
+
+def test_every_text_in_a_pcs_box_stays_inside_its_border(qtbot: QtBot) -> None:
+    """Long names and memory lines are elided to the box (issue 39: they ran over its right
+    border); the box's tooltip has them whole."""
+    long_name = "workstation-in-the-server-room-upstairs-" + "x" * 20
+    view = TopologyView()
+    qtbot.addWidget(view)
+    view.resize(1000, 700)
+    view.show()
+    node = Node(
+        long_name, Role.WORKER, "online", layers=layers(0, 8), device="CPU, GPU.0, NPU",
+        stage_bytes=3 * 10**9, free_bytes=23 * 10**9, total_bytes=25 * 10**9,
+        kv_bytes=42_500, kv_budget_bytes=5_800_000_000,
+    )  # fmt: skip
+    view.show_topology(Topology(nodes=(node,)))
+    box = next(i for i in view.scene().items() if i.data(0) == long_name)
+    border = box.sceneBoundingRect()
+    texts = [i for i in box.childItems() if isinstance(i, QGraphicsSimpleTextItem)]
+    assert len(texts) == 5
+    for text in texts:
+        assert border.contains(text.sceneBoundingRect()), (text.text(), border)
+    assert texts[0].text().endswith("…") and long_name in box.toolTip()
 
 
 # -- the real window on a real fleet ------------------------------------------------------------

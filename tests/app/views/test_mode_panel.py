@@ -61,3 +61,23 @@ def test_the_mode_panel_offers_pp_mb_with_streams_and_no_draft(qtbot: Any) -> No
     assert str(mode) == "PP+MB, 3 streams"
     panel.buttons[Mode.PP].setChecked(True)
     assert panel.current().concurrency == 1 and not panel.streams.isEnabled()
+
+
+def test_a_mode_without_a_draft_shows_no_draft_and_keeps_it_for_later(qtbot: QtBot) -> None:
+    """PP and PP+MB do not draft: the n-gram box is unticked and disabled there (issue 39: PP
+    kept it ticked), and a switch back to PP+SD drafts from n-gram again."""
+    panel = ModePanel()
+    qtbot.addWidget(panel)
+    chosen: list[ModeSettings] = []
+    panel.mode_changed.connect(chosen.append)
+    panel.set_mode(ModeSettings(Mode.PP, draft_dir=NGRAM))  # as the demo opens in PP
+    assert not panel.ngram.isChecked() and not panel.ngram.isEnabled()
+    assert not panel.draft.isEnabled() and not panel.choose_draft.isEnabled()
+    assert panel.current().draft_dir == NGRAM  # kept for a switch to PP+SD
+    panel.buttons[Mode.PP_SD].setChecked(True)
+    assert chosen[-1].draft_dir == NGRAM and panel.ngram.isChecked() and panel.ngram.isEnabled()
+    panel.buttons[Mode.PP_MB].setChecked(True)
+    assert chosen[-1].draft_dir == NGRAM and not panel.ngram.isChecked()
+    assert not panel.ngram.isEnabled()
+    panel.buttons[Mode.PP_SD_MB].setChecked(True)
+    assert chosen[-1].draft_dir == NGRAM and panel.ngram.isChecked()

@@ -125,6 +125,11 @@ def test_the_preview_layout_and_what_deploy_runs(
         assert last.startswith(f"Deploy runs {len(copies)} whole copies, on ")
     else:
         assert last.startswith("Deploy runs the pipeline above (")
+        # issue 39: a layout predicting more than the pipeline Deploy runs says why
+        assert layout.predicted_tokens_per_s > plan.predicted_tokens_per_s, name
+        predicted = f"not the layout's {layout.predicted_tokens_per_s:.1f} tokens/s: "
+        why = "2 or more streams at once" if users < 2 else "2 or more groups"
+        assert predicted in last and why in last, last
     assert groups_to_deploy(plan, None) == () and layout_text(plan, None) == ""
     assert preview_layout(PreviewRequest(export, devices[:1], PlanConfig())) is None
 
