@@ -294,6 +294,7 @@ class Pipeline:
             prefill_chunk=self.prefill_chunk,
             compaction=self.compaction,
             stop_ids=frozenset(self.tokenizer.eos_token_ids),
+            streams=lambda: self._active,
         )
         return StreamGeneration(
             stream,

@@ -4,7 +4,7 @@ the committed tokens (plus a round's drafts), and the plain decode path as one c
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 import numpy as np
 
@@ -13,6 +13,11 @@ from fleetgui.runtime.route import DecodeRun, Route
 from fleetgui.runtime.sequence import CompactionPolicy
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, HeadOp
 from fleetgui.runtime.stream_state import StreamState
+
+#: Prompt tokens a prefill pass carries while other streams generate: on SmolLM2 int8 a
+#: 256-token pass holds a stage 0.25-0.85 s (more the longer the history), which each of the
+#: others' tokens waits for; 64 keeps that wait near a decode step's scale.
+SHARED_PREFILL_CHUNK = 64
 
 
 class TargetPasses:
@@ -27,14 +32,25 @@ class TargetPasses:
         prefill_chunk: int,
         compaction: CompactionPolicy,
         stop_ids: frozenset[int],
+        streams: Callable[[], int] = lambda: 1,
     ) -> None:
-        """``stop_ids``: the tokens (EOS) that end a plain decode run early."""
+        """``stop_ids``: the tokens (EOS) that end a plain decode run early; ``streams``: how
+        many streams generate now (this one included)."""
         self.route = route
         self.metrics = metrics
         self.context_limit = context_limit
         self.prefill_chunk = prefill_chunk
         self.compaction = compaction
         self.stop_ids = stop_ids
+        self.streams = streams
+
+    def chunk_size(self) -> int:
+        """Prompt tokens in the next prefill pass: the full chunk alone; beside other streams
+        a small one, since each of their steps waits for the pass ahead of it on a stage (a
+        long prompt then takes a little longer, and nobody waits seconds a token)."""
+        if self.streams() > 1:
+            return min(self.prefill_chunk, SHARED_PREFILL_CHUNK)
+        return self.prefill_chunk
 
     async def run(self, stream: StreamState, drafts: list[int], head: HeadOp) -> ForwardResult:
         """Bring the target's cache to the committed tokens plus ``drafts``; run ``head``."""
@@ -44,9 +60,11 @@ class TargetPasses:
             rewind, feed = rewind + 1, stream.committed[-1:]
         keep, stream.keep = stream.keep, None
         result = ForwardResult(stream.id)
-        for start in range(0, len(feed), self.prefill_chunk):
-            chunk = feed[start : start + self.prefill_chunk]
-            last = start + self.prefill_chunk >= len(feed)
+        start = 0
+        while start < len(feed):
+            chunk = feed[start : start + self.chunk_size()]
+            start += len(chunk)
+            last = start >= len(feed)
             stream.target.applied(rewind, [])
             compact = stream.compact_first or self.compaction.should_compact(
                 stream.target, len(chunk), self.context_limit

@@ -23,6 +23,7 @@ from fleetgui.runtime.metrics import (
     SpeculationRound,
     StageTiming,
 )
+from fleetgui.runtime.target_passes import SHARED_PREFILL_CHUNK
 
 pytestmark = pytest.mark.slow
 
@@ -290,3 +291,50 @@ def test_f32_dq_stage_runs_and_quantizes_activations(
     )
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
     assert int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == 0
+
+
+def test_a_prompt_beside_a_generating_stream_is_prefilled_in_small_passes(
+    tiny_exports_2s_draft: dict[str, Path],
+) -> None:
+    """Each of a generating stream's tokens waits for the pass ahead of it on a stage, so a
+    new prompt goes in small passes while others generate, and in full ones alone."""
+    events: list[object] = []
+    prompt = " ".join(["alpha beta gamma"] * 25)
+
+    async def main() -> tuple[int, int]:
+        pipe = pipeline(tiny_exports_2s_draft["2s"])
+        pipe.metrics.subscribe(events.append)
+        try:
+            alone = await pipe.complete(prompt, GenerationConfig(max_new_tokens=1))
+            assert 256 < alone.prompt_tokens < 400
+            background = asyncio.ensure_future(
+                pipe.complete("def f(x):", GenerationConfig(max_new_tokens=480))
+            )
+            while not any(
+                isinstance(e, StageTiming) and e.stream_id != _first(events) for e in events
+            ):
+                await asyncio.sleep(0.01)  # the background stream is generating
+            other = prompt.replace("alpha", "omega")  # no prefix kept from the first
+            beside = await pipe.complete(other, GenerationConfig(max_new_tokens=1))
+            assert not background.done()
+            await background
+            assert beside.stream_id != _first(events)
+            return _first(events), beside.stream_id
+        finally:
+            await pipe.close()
+
+    first, beside = run(main())
+    passes = {
+        stream: [
+            e.positions
+            for e in events
+            if isinstance(e, StageTiming) and e.stream_id == stream and e.stage == 0
+        ]
+        for stream in (first, beside)
+    }
+    assert max(passes[first]) == 256  # alone: full passes
+    assert max(passes[beside]) <= SHARED_PREFILL_CHUNK < 256 and len(passes[beside]) > 1
+
+
+def _first(events: list[object]) -> int:
+    return next(e.stream_id for e in events if isinstance(e, StageTiming))
