@@ -11,7 +11,8 @@ the ``openai`` client, streamed.
 - waiting (PP+SD with n-gram drafts, as the issue's user ran it): Open WebUI's request shape
   (``tests/open_webui_requests.py``): a new chat's streamed message with its 36 built-in tools
   and, beside it, its title request; then its background requests (follow-ups, then tags; not
-  streamed, no ``max_tokens``, ``--context 2048``), and while they generate a second user's
+  streamed, no ``max_tokens``, ``--context 2048``) and a request of that shape made to run
+  long (400 numbers by a schema), and while they generate a second user's
   streamed message: that user's time to first token, against a message on the idle server
   (both after the first chat, whose tool prompt they share), with the default
   ``--max-streams`` and with ``--max-streams 1`` (one request at a time, as before).
@@ -116,7 +117,12 @@ def waiting(client: Any) -> dict[str, Any]:
     """A second user's TTFT while Open WebUI's background requests for the first user's chat
     generate, and the same on an idle server (both after the first chat, so the tools' shared
     prefix is kept either way)."""
-    from open_webui_requests import background_requests, chat_request, title_request
+    from open_webui_requests import (
+        background_requests,
+        chat_request,
+        long_background_request,
+        title_request,
+    )
 
     question = "What is the tallest mountain in Europe?"
     title = threading.Thread(
@@ -138,14 +144,20 @@ def waiting(client: Any) -> dict[str, Any]:
             client.chat.completions.create(**body)
             finished.append(time.perf_counter() - started)
 
-    thread = threading.Thread(target=background)
-    thread.start()
-    time.sleep(2.0)  # the follow-ups request is generating when the second user writes
+    def long_request() -> None:
+        client.chat.completions.create(**long_background_request("m"))
+        finished.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=background), threading.Thread(target=long_request)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)  # the background requests are generating when the second user writes
     busy = timed_stream(
         client, **_body(chat_request("m", "Give me a tip for learning the guitar."))
     )
     busy_at = 2.0 + busy["ttft"]
-    thread.join()
+    for thread in threads:
+        thread.join()
     log.info(
         "second user: TTFT %.2f s idle, %.2f s busy; tasks done at %s s",
         idle["ttft"],

@@ -195,3 +195,16 @@ def title_request(model: str, question: str) -> dict[str, Any]:
 def background_requests(model: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """After a reply: follow-ups, then tags (sent one after the other), no ``max_tokens``."""
     return [_task(model, _FOLLOW_UPS, messages), _task(model, _TAGS, messages)]
+
+
+def long_background_request(model: str) -> dict[str, Any]:
+    """A request of the background shape (not streamed, no max_tokens) that surely runs long,
+    where a tiny model may stop its tasks at once: its answer must be 400 numbers (about
+    1,000 tokens)."""
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 400, "maxItems": 400}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "List 400 numbers as a JSON array."}],
+        "stream": False,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    }

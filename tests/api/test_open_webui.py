@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 from fleet_support import running_workers
-from open_webui_requests import background_requests, builtin_tools, chat_request, title_request
+from open_webui_requests import (
+    background_requests,
+    builtin_tools,
+    chat_request,
+    long_background_request,
+    title_request,
+)
 from serve_support import KEY, Served, fleet_args, serving
 
 openai = pytest.importorskip("openai")
@@ -136,15 +142,3 @@ def test_open_webui_chat_with_its_tools_and_background_requests(served: Served) 
     # it did not wait in line behind the long one, which was still generating
     assert first_token_at < done["long"], (first_token_at, done)
     assert second["first"] < FIRST_TOKEN_S, (second["first"], done)
-
-
-def long_background_request(model: str) -> dict[str, Any]:
-    """Open WebUI's background shape (not streamed, no max_tokens) with an answer that must be
-    400 numbers long."""
-    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 400, "maxItems": 400}
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "List 400 numbers as a JSON array."}],
-        "stream": False,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
-    }
