@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fleetgui.errors import FleetguiError
+from fleetgui.runtime.schema_bounds import bounded
 from fleetgui.runtime.token_mask import TokenMask
 
 log = logging.getLogger(__name__)
@@ -37,24 +38,12 @@ class ConstraintError(FleetguiError):
     """A grammar or schema that cannot constrain the answer (the message says why)."""
 
 
-#: The whitespace a JSON answer may put between its tokens: bounded, as llama.cpp's JSON grammar
-#: bounds it, so that a model unsure what comes next cannot fill its answer with blanks.
-JSON_WHITESPACE = r"[ \t\n\r]{0,20}"
-
-
-def bounded_whitespace(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` with llguidance's option bounding its whitespace (one the schema sets wins)."""
-    options = schema.get("x-guidance")
-    options = dict(options) if isinstance(options, Mapping) else {}
-    return {**schema, "x-guidance": {"whitespace_pattern": JSON_WHITESPACE, **options}}
-
-
 def grammar_of_schema(schema: Mapping[str, Any]) -> str:
     """The llguidance grammar that makes an answer a JSON document valid against ``schema``."""
     import llguidance
 
     try:
-        text = json.dumps(bounded_whitespace(schema))
+        text = json.dumps(bounded(schema))
     except (TypeError, ValueError) as exc:
         raise ConstraintError(f"the JSON schema cannot be serialized: {exc}") from None
     return str(llguidance.LLMatcher.grammar_from_json_schema(text))

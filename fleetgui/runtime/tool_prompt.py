@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleetgui.runtime.constraint import bounded_whitespace
+from fleetgui.runtime.schema_bounds import bounded
 from fleetgui.runtime.tool_calls import Tool, ToolFormat, ToolSpec, loads
 from fleetgui.runtime.tool_signature import describe_tools
 
@@ -168,4 +168,4 @@ def call_grammar(
 
 def _embedded(schema: Mapping[str, Any]) -> str:
     """A schema as a Lark grammar's ``%json`` embeds it, its whitespace bounded."""
-    return json.dumps(bounded_whitespace(schema))
+    return json.dumps(bounded(schema))
