@@ -5,9 +5,10 @@ The real SmolLM2 (2 fp32 stages, the last on a real worker process) has no tool 
 chat template, so it gets the generic tool prompt and a grammar: its calls always parse and
 their arguments validate against the function's schema, with ``tool_choice`` "required", a
 named function and "auto", streamed or not, and a conversation goes on after a tool's result. A
-tiny model given Qwen 2.5's template answers in Hermes ``<tool_call>`` blocks, parsed into the
-same calls. Bad tools are 400s naming the field. A chat that ends with the assistant's message
-gets that message continued (Open WebUI's "Continue response"). Log-probabilities, streamed
+tiny model given Qwen 2.5's template answers in Hermes ``<tool_call>`` blocks, and given
+Llama 3.1's as a JSON object with "parameters", parsed into the same calls. Bad tools are
+400s naming the field. A chat that ends with the assistant's message gets that message
+continued (Open WebUI's "Continue response"). Log-probabilities, streamed
 or not, on chat and completions, are the unsplit transformers model's within 1e-4.
 """
 
@@ -199,20 +200,24 @@ def test_bad_tools_are_400s_naming_the_field(served: Served) -> None:
         assert refused.value.body["param"] == param, refused.value.message
 
 
-@pytest.fixture(scope="module")
-def hermes_export(tiny_models: Callable[..., Path], root: Path) -> Path:
-    """The tiny Llama given Qwen 2.5's template: a model that calls in <tool_call> blocks."""
-    model = root / "hermes-model"
+@pytest.fixture(scope="module", params=["qwen2.5", "llama-3.1"])
+def tool_template_export(
+    request: pytest.FixtureRequest, tiny_models: Callable[..., Path], root: Path
+) -> Path:
+    """The tiny Llama given Qwen 2.5's template (a model that calls in <tool_call> blocks) or
+    Llama 3.1's (a JSON object with "parameters" as its whole answer)."""
+    name = request.param
+    model = root / f"{name}-model"
     shutil.copytree(tiny_models("llama"), model)
-    shutil.copy(TEMPLATES / "qwen2.5.jinja", model / "chat_template.jinja")
+    shutil.copy(TEMPLATES / f"{name}.jinja", model / "chat_template.jinja")
     config = json.loads((model / "config.json").read_text())
-    config["max_position_embeddings"] = 2048  # room for Qwen's long tool prompt
+    config["max_position_embeddings"] = 2048  # room for a long tool prompt
     (model / "config.json").write_text(json.dumps(config))
-    return export(model, root / "hermes-2s", stages=2)
+    return export(model, root / f"{name}-2s", stages=2)
 
 
-def test_a_model_with_a_tool_template_calls_in_its_own_syntax(hermes_export: Path) -> None:
-    with in_process_server(hermes_export) as (server, _):
+def test_a_model_with_a_tool_template_calls_in_its_own_syntax(tool_template_export: Path) -> None:
+    with in_process_server(tool_template_export) as (server, _):
         client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
         body = {"model": "tiny", "messages": ASK, "temperature": 0, "max_tokens": 400}
         tools = [TIME]
