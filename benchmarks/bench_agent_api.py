@@ -28,11 +28,10 @@ import os
 import statistics
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from bench_conversation import serve_process
-from common import bench_cache, print_figures
+from common import bench_cache, demo_run_args, print_figures
 
 log = logging.getLogger("benchmarks")
 
@@ -180,22 +179,14 @@ def _body(request: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
     parser.add_argument("--rounds", type=int, default=2, help="passes over the prompts")
     parser.add_argument("--mode", default="pp", help="serve's mode for the constrained part")
     parser.add_argument("--no-waiting", action="store_true", help="only the constrained part")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
+    args = demo_run_args(parser)
     import openai
 
     from fleetgui.fleet.local_fleet.fleet import LocalFleet
 
-    if args.export is None:
-        from fleetgui.demo.models import export_real
-
-        args.export = export_real()
-    os.sched_setaffinity(0, {0})  # the client beside the coordinator, as a user's PC has it
     out: dict[str, Any] = {"machine": os.uname().machine}
     with LocalFleet(bench_cache() / "agent-api", cores={"w1": (1,)}) as fleet:
         (worker,) = fleet.start(["w1"])

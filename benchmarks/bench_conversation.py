@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import bench_cache, print_figures
+from common import bench_cache, demo_run_args, print_figures
 
 log = logging.getLogger("benchmarks")
 
@@ -211,21 +211,13 @@ def run_all(url: str, turns: int) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--llama-server", help="llama-server binary (built with GGML_RPC)")
     parser.add_argument("--rpc-server", help="ggml-rpc-server binary")
     parser.add_argument("--gguf", type=Path, help="the same model as a GGUF file (Q8_0)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
+    args = demo_run_args(parser)
     from fleetgui.fleet.local_fleet.fleet import LocalFleet
 
-    if args.export is None:
-        from fleetgui.demo.models import export_real
-
-        args.export = export_real()
-    os.sched_setaffinity(0, {0})  # the client beside the coordinator, as a user's PC has it
     runs: dict[str, dict[str, list[float]]] = {}
     with LocalFleet(bench_cache() / "conversation", cores={"w1": (1,)}) as fleet:
         (worker,) = fleet.start(["w1"])

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psutil
 from bench_conversation import filler, serve_process
-from common import bench_cache, print_figures
+from common import bench_cache, demo_run_args, print_figures
 
 from fleetgui.runtime.kv_budget import KEPT_TOKEN_COST
 
@@ -129,17 +128,9 @@ def reference(export: Path, firsts: list[str], conversations: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
     parser.add_argument("--conversations", type=int, default=40)
     parser.add_argument("--kept", type=int, default=8, help="conversations the budget holds")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
-    if args.export is None:
-        from fleetgui.demo.models import export_real
-
-        args.export = export_real()
-    os.sched_setaffinity(0, {0})
+    args = demo_run_args(parser)
     per_token = kv_bytes_per_token(args.export)
     # a conversation holds its prompt (about 1,500 tokens) and answer: 1,560 is a safe bound;
     # the budget counts a kept token at KEPT_TOKEN_COST times its KV

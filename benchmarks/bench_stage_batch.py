@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import print_figures
+from common import demo_run_args, print_figures
 
 log = logging.getLogger("benchmarks")
 
@@ -82,18 +81,10 @@ def curve(compiled: Any, history: int, steps: int, batches: list[int]) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
     parser.add_argument("--history", type=int, default=512, help="cached tokens per row")
     parser.add_argument("--steps", type=int, default=20, help="decode passes per B")
     parser.add_argument("--batches", default="1,2,4,8,16")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
-    if args.export is None:
-        from fleetgui.demo.models import export_real
-
-        args.export = export_real()
-    os.sched_setaffinity(0, {0})
+    args = demo_run_args(parser)
     batches = [int(b) for b in args.batches.split(",")]
     out = curve(compiled_stage(args.export), args.history, args.steps, batches)
     one = out["1"]

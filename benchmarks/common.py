@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -74,6 +76,22 @@ def decode_throughput(results: Sequence[Any]) -> float:
     firsts = [r.ttft_ms for r in results]
     ends = [r.ttft_ms + 1000.0 * (len(r.token_ids) - 1) / r.tokens_per_s for r in results]
     return sum(len(r.token_ids) - 1 for r in results) * 1000.0 / (max(ends) - min(firsts))
+
+
+def demo_run_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """A demo-model benchmark's arguments: ``--export`` (default: the demo's SmolLM2 export,
+    made if missing), benchmark logging at INFO, and this process (the client, beside the
+    coordinator as on a user's PC) on core 0."""
+    parser.add_argument("--export", type=Path, help="a 2-stage export (default: the demo's)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    if args.export is None:
+        from fleetgui.demo.models import export_real
+
+        args.export = export_real()
+    os.sched_setaffinity(0, {0})
+    return args
 
 
 def print_figures(title: str, rows: list[tuple[str, str]], as_json: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,8 @@ import pytest
 from fleetgui.logging_setup import configure_logging
 
 
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in [h for h in root.handlers if h not in handlers]:
-        root.removeHandler(handler)
-        handler.close()
-    root.setLevel(level)
-
-
 def test_each_file_line_names_its_process_and_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored_logging: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLEETGUI_HOME", str(tmp_path))
     path = configure_logging("info", process="worker")
@@ -41,6 +29,6 @@ def test_each_file_line_names_its_process_and_time(
     ), line
 
 
-def test_an_unknown_level_is_named(restored_logging: None) -> None:
+def test_an_unknown_level_is_named() -> None:
     with pytest.raises(ValueError, match=r"'loud'.*debug, info"):
         configure_logging("loud")

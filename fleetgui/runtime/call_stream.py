@@ -47,17 +47,17 @@ class CallStream:
     def __init__(self, *, generic: bool) -> None:
         self.generic = generic
         self.calls: list[_Streamed] = []
+        self.complete = 0  # calls whose arguments are complete
+        self.complete_end = 0  # where the last of them ends in the answer
 
     def update(self, text: str) -> list[CallDelta]:
         """The new pieces of calls in ``text`` (the whole answer so far)."""
         if self.generic and not GENERIC_CALLS.match(text):
             return []
         out: list[CallDelta] = []
-        pos = 0
-        for index in range(len(self.calls) + 1_000):
-            found = NAME_THEN_ARGUMENTS.search(text, pos)
-            if found is None:
-                break
+        # calls already complete are not read again: the scan goes on after the last one
+        index, pos = self.complete, self.complete_end
+        while found := NAME_THEN_ARGUMENTS.search(text, pos):
             start = found.end()
             end = json_object_end(text, start)
             if index == len(self.calls):
@@ -71,7 +71,8 @@ class CallStream:
                 streamed.sent = len(raw)
             if end is None:
                 break
-            pos = end
+            index, pos = index + 1, end
+            self.complete, self.complete_end = index, end
         return out
 
     def finish(self, calls: list[ToolCall]) -> list[CallDelta]:
