@@ -14,9 +14,9 @@ from fleetgui.runtime.sequence import CompactionPolicy
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, HeadOp
 from fleetgui.runtime.stream_state import StreamState
 
-#: Prompt tokens a prefill pass carries while other streams generate: on SmolLM2 int8 a
-#: 256-token pass holds a stage 0.25-0.85 s (more the longer the history), which each of the
-#: others' tokens waits for; 64 keeps that wait near a decode step's scale.
+#: Prompt tokens a prefill pass carries while other streams generate: each of their tokens
+#: waits for the pass ahead of it on a stage, and a 256-token pass holds a stage about six
+#: times as long as a 64-token one (docs/performance.md, bench_stage_batch.py).
 SHARED_PREFILL_CHUNK = 64
 
 

@@ -1,9 +1,9 @@
 """Tools as short signatures for a model without a tool format of its own.
 
 The generic tool prompt shows each function as a TypeScript-like signature and its
-description, not its JSON schema: Open WebUI's 36 built-in tools take about 7,900 tokens as
-indented JSON (SmolLM2's tokenizer), which leaves a 4,096-token context no room, 4,500 as
-signatures with every description, and 1,400 with first sentences only. The model needs each
+description, not its JSON schema: as indented JSON, Open WebUI's 36 built-in tools alone
+overflow a 4,096-token context; as signatures with first sentences they take a third of it.
+The model needs each
 function's name, meaning and arguments; the grammar that constrains its calls still enforces
 the full schema. So the text is as detailed as a budget allows: every description when the
 tools are few (an agent's usual handful), first sentences when many, and then no argument
