@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,10 @@ def reference_greedy(mono: Path, prompt_ids: list[int], n_new: int) -> list[int]
     return tokens
 
 
-def pipeline(export_dir: Path, draft: Path | None = None, **config: object) -> Pipeline:
-    cfg = LocalPipelineConfig(stage=EXACT_STAGE, draft_stage=EXACT_STAGE, **config)  # type: ignore[arg-type]
+def pipeline(
+    export_dir: Path, draft: Path | None = None, *, paged: bool = True, **config: object
+) -> Pipeline:
+    """The export's pipeline on this PC at f32; ``paged=False``: stateful target stages."""
+    stage = replace(EXACT_STAGE, paged=paged)
+    cfg = LocalPipelineConfig(stage=stage, draft_stage=EXACT_STAGE, **config)  # type: ignore[arg-type]
     return load_local_pipeline(export_dir, draft_dir=draft, config=cfg)

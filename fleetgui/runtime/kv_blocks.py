@@ -45,6 +45,10 @@ class KvBlocks:
     def streams(self) -> list[int]:
         return list(self._tables)
 
+    def holds(self, stream_id: int) -> bool:
+        """Whether the stream has a table (it may hold no tokens)."""
+        return stream_id in self._tables
+
     def length(self, stream_id: int) -> int:
         """Tokens the stream holds (0 for a stream never seen)."""
         table = self._tables.get(stream_id)

@@ -27,6 +27,7 @@ from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.resident import ResidentStreams
 from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.speculative import Drafter, DraftModel
+from fleetgui.runtime.stage_factory import compile_stage, with_paging_of
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 log = logging.getLogger(__name__)
@@ -163,10 +164,11 @@ def load_local_pipeline(
     (an export folder, or ``"ngram"``)."""
     config = config or LocalPipelineConfig()
     manifest = read_manifest(export_dir)
-    config = replace(config, stage=safe_stage_config(config.stage, manifest.weight_format))
+    stage_config = safe_stage_config(config.stage, manifest.weight_format)
+    config = replace(config, stage=with_paging_of(stage_config, manifest.config))
     core = ov.Core()
     stages = [
-        LocalStage(
+        compile_stage(
             entry.index,
             manifest.shard(entry.index),
             [Path(export_dir) / part for part in entry.model_files],

@@ -52,6 +52,9 @@ class StageConfig:
     # Pinning puts every compiled model's inference thread on the same first core, so stages in
     # one process would take turns instead of overlapping; let the OS place them.
     cpu_pinning: bool = False
+    # several streams a pass with paged attention (runtime/paged_stage.py) where the model's
+    # attention allows it (the assembler checks); False: one stream a pass, stateful
+    paged: bool = True
 
     def ov_properties(self) -> dict[str, Any]:
         props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}

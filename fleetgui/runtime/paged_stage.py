@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,8 +108,9 @@ class PagedStage(BlockingStage):
         started = time.perf_counter()
         paths = [model_path] if isinstance(model_path, Path | str) else list(model_path)
         properties = self.config.ov_properties()
-        if "KV_CACHE_PRECISION" not in properties and self.config.precision.startswith("f32"):
-            properties["KV_CACHE_PRECISION"] = "f32"
+        # f16 unless set (f32 for exact runs): beside f32 it decoded 8 rows faster and holds
+        # half; the plugin's u8 decoded one row 1.3x slower (docs/performance.md)
+        properties.setdefault("KV_CACHE_PRECISION", "f16")
         self._parts = [
             _Part(
                 core.compile_model(
@@ -130,6 +132,9 @@ class PagedStage(BlockingStage):
         )
         self._blocks = KvBlocks(BLOCK_SIZE, self._grow)
         self._lock = asyncio.Lock()
+        # the block tables change on the pass's thread and, for release and close, on the
+        # event loop's: each change is whole under this lock (never held while computing)
+        self._books = threading.Lock()
         log.info(
             "stage %d (%s) compiled with paged attention on %s in %.1f s",
             index,
@@ -220,26 +225,18 @@ class PagedStage(BlockingStage):
         streams = [request.stream_id for request in requests]
         if len(set(streams)) != len(streams):
             raise StageError(f"stage {self.index}: a pass carries stream(s) twice: {streams}")
-        for request in requests:
-            self.check(request)
         try:
-            for request in requests:
-                held = self._blocks.length(request.stream_id)
-                if request.keep is not None:
-                    held = min(held, request.keep)
-                self._blocks.truncate(request.stream_id, held - request.rewind)
-            copies = [
-                copy
-                for request in requests
-                for copy in self._blocks.reserve(request.stream_id, request.n_positions)
-            ]
-            for part in self._parts:
-                part.copy_blocks(copies)
+            with self._books:
+                for request in requests:
+                    self.check(request)
+                lengths, tables = self._make_room(requests)
             ends = np.cumsum([request.n_positions for request in requests])
-            self._run(requests, ends)
+            self._run(requests, ends, lengths, tables)
             results = self._results(requests, ends, started)
-            for request in requests:
-                self._blocks.advance(request.stream_id, request.n_positions)
+            with self._books:  # a stream released meanwhile (the pipeline closing) stays so
+                for request in requests:
+                    if self._blocks.holds(request.stream_id):
+                        self._blocks.advance(request.stream_id, request.n_positions)
             return results
         except StageError:
             raise
@@ -248,10 +245,32 @@ class PagedStage(BlockingStage):
                 f"stage {self.index} ({self.shard}) failed on stream(s) {streams}: {exc}"
             ) from exc
 
-    def _run(self, requests: Sequence[ForwardRequest], ends: np.ndarray) -> None:
+    def _make_room(self, requests: Sequence[ForwardRequest]) -> tuple[list[int], list[list[int]]]:
+        """Apply each request's keep and rewind and reserve blocks for its positions; each
+        stream's length before the pass and its block table."""
+        for request in requests:
+            held = self._blocks.length(request.stream_id)
+            if request.keep is not None:
+                held = min(held, request.keep)
+            self._blocks.truncate(request.stream_id, held - request.rewind)
+        copies = [
+            copy
+            for request in requests
+            for copy in self._blocks.reserve(request.stream_id, request.n_positions)
+        ]
+        for part in self._parts:
+            part.copy_blocks(copies)
         lengths = [self._blocks.length(request.stream_id) for request in requests]
+        return lengths, [self._blocks.table(request.stream_id) for request in requests]
+
+    def _run(
+        self,
+        requests: Sequence[ForwardRequest],
+        ends: np.ndarray,
+        lengths: list[int],
+        tables: list[list[int]],
+    ) -> None:
         sizes = [request.n_positions for request in requests]
-        tables = [self._blocks.table(request.stream_id) for request in requests]
         shared: dict[str, Any] = {
             "position_ids": np.concatenate(
                 [
@@ -307,15 +326,18 @@ class PagedStage(BlockingStage):
                 f"stage {self.index}: cannot rewind {n_positions} of stream {stream_id}'s "
                 f"{held} positions"
             )
-        self._blocks.truncate(stream_id, held - n_positions)
+        with self._books:
+            self._blocks.truncate(stream_id, held - n_positions)
 
     async def reset(self, stream_id: int) -> None:
         async with self._lock:
-            self._blocks.truncate(stream_id, 0)
+            with self._books:
+                self._blocks.truncate(stream_id, 0)
 
     async def release(self, stream_id: int) -> None:
         async with self._lock:
-            self._blocks.release(stream_id)
+            with self._books:
+                self._blocks.release(stream_id)
 
     async def fork(self, source: int, stream_id: int, keep: int) -> None:
         await run_holding([self], self.fork_blocking, source, stream_id, keep)
@@ -323,10 +345,12 @@ class PagedStage(BlockingStage):
     def fork_blocking(self, source: int, stream_id: int, keep: int) -> None:
         """:meth:`fork`: the new stream shares the source's blocks (nothing is copied now)."""
         try:
-            self._blocks.fork(source, stream_id, keep)
+            with self._books:
+                self._blocks.fork(source, stream_id, keep)
         except KvBlocksError as exc:
             raise StageError(f"stage {self.index}: {exc}") from None
 
     async def close(self) -> None:
-        for stream_id in self._blocks.streams():
-            self._blocks.release(stream_id)
+        with self._books:
+            for stream_id in self._blocks.streams():
+                self._blocks.release(stream_id)

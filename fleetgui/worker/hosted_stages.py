@@ -13,15 +13,16 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import openvino as ov
 
 from fleetgui.runtime.loader import safe_stage_config
-from fleetgui.runtime.ov_stage import LocalStage, StageConfig
+from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.route import LocalRoute
+from fleetgui.runtime.stage_factory import CompiledStage, compile_stage
 from fleetgui.shard import Shard
 from fleetgui.worker.blob_store import (
     BlobError,
@@ -73,6 +74,7 @@ class LoadSpec:
     device: str = "CPU"
     threads: int = 0
     precision: str = "auto"
+    paged: bool = False  # compile with paged attention (the coordinator checked the model)
 
     @property
     def indices(self) -> tuple[int, ...]:
@@ -131,6 +133,7 @@ class LoadSpec:
                 str(meta.get("device", "CPU"))[:40],
                 threads,
                 str(meta.get("precision", "auto")),
+                meta.get("paged") is True,
             )
         except BlobError as exc:  # a file path outside the stage folder, a bad sha256
             raise LoadSpecError(str(exc)) from None
@@ -163,7 +166,7 @@ def _stage_from(data: Any, model_id: str, n_layers: int) -> StageToLoad:
 class HostedStages:
     """Compiled stages of one :class:`LoadSpec`, run in order."""
 
-    def __init__(self, spec: LoadSpec, folder: Path, stages: Sequence[LocalStage]) -> None:
+    def __init__(self, spec: LoadSpec, folder: Path, stages: Sequence[CompiledStage]) -> None:
         self.spec = spec
         self.folder = folder
         self.stages = list(stages)
@@ -184,10 +187,10 @@ class HostedStages:
         """Link the stage files out of ``store`` and compile them (blocking: run in a thread)."""
         started = time.perf_counter()
         folder = store.materialize(spec.key, spec.files)
-        config = safe_stage_config(config, spec.weight_format)
+        config = replace(safe_stage_config(config, spec.weight_format), paged=spec.paged)
         core = ov.Core()
         stages = [
-            LocalStage(
+            compile_stage(
                 stage.index,
                 stage.shard,
                 [folder / name for name in stage.model_files],

@@ -19,6 +19,7 @@ from runtime_support import pipeline
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.paged_stage import PagedStage
 from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.route import LocalRoute
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult, GreedyHead
@@ -44,7 +45,7 @@ class CallLog:
                 (name, request.stream_id, threading.get_ident(), kind, started, ended)
             )
 
-    def watch(self, name: str, stage: LocalStage) -> None:
+    def watch(self, name: str, stage: LocalStage | PagedStage) -> None:
         blocking, forward = stage.forward_blocking, stage.forward
 
         def forward_blocking(request: ForwardRequest) -> ForwardResult:
@@ -70,7 +71,7 @@ def watched(pipe: Pipeline) -> CallLog:
     route = pipe.route
     assert isinstance(route, LocalRoute)
     for stage in route.stages:
-        assert isinstance(stage, LocalStage)
+        assert isinstance(stage, PagedStage)
         log.watch(f"stage{stage.index}", stage)
     if pipe.draft is not None:
         log.watch("draft", pipe.draft.stage)

@@ -27,6 +27,7 @@ from fleetgui.fleet.profiling.this_pc import coordinator_name
 from fleetgui.runtime.kv_budget import KvHeld, kv_bytes_per_token_per_layer, kv_element_bytes
 from fleetgui.runtime.metrics import MetricEvent
 from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.paged_stage import PagedStage
 from fleetgui.runtime.pipeline import Pipeline
 
 if TYPE_CHECKING:  # the fleet's session modules load when a fleet deploys, not with the app
@@ -110,7 +111,7 @@ def local_layout(pipeline: object, deployment: int, coordinator: str) -> FleetLa
     kv = pipeline.kv_held() if isinstance(pipeline, Pipeline) else None
     ring = RingSpec(tuple(range(len(shards))), (), kv)
     per_token: tuple[int, ...] = ()
-    if isinstance(pipeline, Pipeline) and stages and isinstance(stages[0], LocalStage):
+    if isinstance(pipeline, Pipeline) and stages and isinstance(stages[0], LocalStage | PagedStage):
         config = stages[0].config
         element = kv_element_bytes(config.precision, config.kv_cache_precision)
         per_token = tuple(s.kv_token_bytes(element) for s in stages)

@@ -13,7 +13,8 @@ import openvino as ov
 from fleetgui.export.manifest import Manifest
 from fleetgui.fleet.ring.link import WorkerLink
 from fleetgui.net.protocol import Message, Op
-from fleetgui.runtime.ov_stage import LocalStage, StageConfig
+from fleetgui.runtime.ov_stage import StageConfig
+from fleetgui.runtime.stage_factory import CompiledStage, compile_stage
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,9 @@ class CoordinatorStages:
 
     def __init__(self, core: ov.Core) -> None:
         self.core = core
-        self._stages: dict[int, LocalStage] = {}
+        self._stages: dict[int, CompiledStage] = {}
 
-    def stages(self) -> tuple[LocalStage, ...]:
+    def stages(self) -> tuple[CompiledStage, ...]:
         return tuple(self._stages[i] for i in sorted(self._stages))
 
     async def load(
@@ -37,9 +38,9 @@ class CoordinatorStages:
             if index not in indices:
                 del self._stages[index]
 
-        def compile_stage(index: int) -> LocalStage:
+        def compile_one(index: int) -> CompiledStage:
             entry = manifest.stages[index]
-            return LocalStage(
+            return compile_stage(
                 index,
                 manifest.shard(index),
                 [export_dir / part for part in entry.model_files],
@@ -49,7 +50,7 @@ class CoordinatorStages:
 
         for index in indices:
             if index not in self._stages:
-                self._stages[index] = await asyncio.to_thread(compile_stage, index)
+                self._stages[index] = await asyncio.to_thread(compile_one, index)
 
 
 async def link_members(members: Sequence[WorkerLink], epoch: int, *, hub: bool) -> None:

@@ -76,6 +76,7 @@ def load_meta(
     device: str = "CPU",
     threads: int = 0,
     precision: str = "auto",
+    paged: bool = False,
 ) -> dict[str, Any]:
     """The LOAD_STAGE meta for ``indices`` (consecutive stages) of ``manifest``: the
     :class:`~fleetgui.worker.hosted_stages.LoadSpec` the worker parses it back into."""
@@ -96,6 +97,7 @@ def load_meta(
         device=device,
         threads=threads,
         precision=precision,
+        paged=paged,
     )
     return spec.to_meta()
 

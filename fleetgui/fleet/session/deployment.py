@@ -38,6 +38,7 @@ from fleetgui.fleet.session.status import StatusReporter
 from fleetgui.fleet.session.workers import SessionWorkers
 from fleetgui.net.protocol import Message, Op
 from fleetgui.runtime.loader import safe_stage_config
+from fleetgui.runtime.stage_factory import with_paging_of
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,13 @@ class SessionDeployment:
         if self.manifest is None:
             raise FleetguiError("no export deployed")
         return StageToPlace.of_manifest(self.manifest)
+
+    @property
+    def paged(self) -> bool:
+        """Whether the workers compile the deployed export's stages with paged attention."""
+        if self.manifest is None:
+            return False
+        return with_paging_of(self.config.local.stage, self.manifest.config).paged
 
     async def deploy(
         self,
@@ -134,6 +142,7 @@ class SessionDeployment:
             *(self._load_member(member, previous, progress) for member in assignment.members)
         )
         config = safe_stage_config(self.config.local.stage, self.manifest.weight_format)
+        config = with_paging_of(config, self.manifest.config)
         await self._local.load(self.export_dir, self.manifest, assignment.local, config)
         self.assignment = assignment
         self.ring = await self._setup_ring(assignment)
@@ -157,6 +166,7 @@ class SessionDeployment:
             progress,
             threads=self.config.worker_threads,
             precision=self.config.worker_precision,
+            paged=self.paged,
         )
         self.reporter.event(member.name, LinkState.BUSY, f"stages {list(member.indices)}")
 
