@@ -91,6 +91,7 @@ class OpenOptions(TypedDict, total=False):
     context: int | None
     kv_reuse: bool
     kv_budget: int | None
+    batching: bool
     coordinator: CoordinatorConfig
     hooks: OpenHooks
 
@@ -126,6 +127,8 @@ def open(source: str | Path, **options: Unpack[OpenOptions]) -> LLMPipeline:
     and a request that continues the conversation (or shares a long prefix with it) prefills
     only what is new. ``kv_budget``: the bytes of KV idle conversations may keep on each PC
     holding stages (default: half of its free memory); the least recently used go first.
+    ``batching`` (True): several streams share each stage's pass where the model allows;
+    False: one stream a pass, streams interleaved across the stages.
     ``coordinator``: the whole fleet configuration instead of threads, precision and
     local_failover (``CoordinatorConfig``); ``context``, ``kv_reuse`` and ``kv_budget`` still
     apply. ``hooks``: :class:`OpenHooks`.
@@ -330,6 +333,7 @@ def _coordinator_config(options: OpenOptions) -> CoordinatorConfig:
         context=options.get("context"),
         kv_reuse=options.get("kv_reuse"),
         kv_budget=options.get("kv_budget"),
+        batching=options.get("batching"),
     )
     return replace(config, local=local)
 

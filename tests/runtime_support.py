@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,6 +11,8 @@ import numpy as np
 
 from fleetgui.export.exporter import ExportRequest, export_model
 from fleetgui.export.stage_chain import EXACT_CONFIG, StageChain
+from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import GenerationResult
 from fleetgui.runtime.loader import LocalPipelineConfig, load_local_pipeline
 from fleetgui.runtime.ov_stage import StageConfig
 from fleetgui.runtime.pipeline import Pipeline
@@ -63,3 +67,24 @@ def pipeline(
     stage = replace(EXACT_STAGE, paged=paged)
     cfg = LocalPipelineConfig(stage=stage, draft_stage=EXACT_STAGE, **config)  # type: ignore[arg-type]
     return load_local_pipeline(export_dir, draft_dir=draft, config=cfg)
+
+
+_SENTENCE = "the quick brown fox jumps over a lazy dog while seven wise owls count stars"
+#: (prompt, answer length) of eight users: prompts of 3 to about 150 tokens, answers of 12 to
+#: 75 tokens, so that users join and leave at different times
+EIGHT_USERS = [
+    (" ".join(_SENTENCE.split()[: 2 + i] * (1 + 3 * (i % 3))), 12 + 9 * i) for i in range(8)
+]
+
+
+async def eight_users(
+    complete: Callable[[str, GenerationConfig], Awaitable[GenerationResult]],
+    config: GenerationConfig,
+) -> list[list[int]]:
+    """:data:`EIGHT_USERS`' answers' tokens, a new user every 20 ms (``config``'s ``k``)."""
+
+    async def user(index: int, prompt: str, n_new: int) -> list[int]:
+        await asyncio.sleep(0.02 * index)
+        return (await complete(prompt, replace(config, max_new_tokens=n_new))).token_ids
+
+    return list(await asyncio.gather(*(user(i, p, n) for i, (p, n) in enumerate(EIGHT_USERS))))

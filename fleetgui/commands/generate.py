@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetgui.commands.model_options import add_context_arguments
+from fleetgui.commands.model_options import add_batching_argument, add_context_arguments
 from fleetgui.errors import FleetguiError
 from fleetgui.modes import MODES, Mode
 from fleetgui.runtime.draft_source import parse_draft
@@ -65,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
     )
     add_context_arguments(parser)
+    add_batching_argument(parser)
     parser.add_argument(
         "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
     )
@@ -171,6 +172,7 @@ async def _generate(args: argparse.Namespace) -> int:
         context=args.context,
         kv_reuse=args.kv_reuse,
         kv_budget=args.kv_budget,
+        batching=args.batching,
     )
     results: list[Any] = [None] * len(args.prompt)
     prompts = list(args.prompt)

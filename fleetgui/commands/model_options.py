@@ -32,6 +32,17 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_batching_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-batching``, for the commands that serve several streams."""
+    parser.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="one stream a stage pass (stateful stages), streams interleaved across the "
+        "stages, as before continuous batching; for comparing",
+    )
+
+
 def positive_int(text: str) -> int:
     """A whole number of at least 1 (an argparse type)."""
     if not text.strip().isdigit() or int(text) < 1:

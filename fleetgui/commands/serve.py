@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from fleetgui.commands.model_options import add_context_arguments
+from fleetgui.commands.model_options import add_batching_argument, add_context_arguments
 from fleetgui.errors import FleetguiError
 from fleetgui.modes import MODES, Mode
 from fleetgui.runtime.draft_source import parse_draft
@@ -82,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=0, metavar="N", help="OpenVINO threads per stage"
     )
     add_context_arguments(parser)
+    add_batching_argument(parser)
 
 
 def _k(text: str) -> int | Literal["auto"]:
@@ -144,6 +145,7 @@ async def _serve(args: argparse.Namespace) -> int:
         context=args.context,
         kv_reuse=args.kv_reuse,
         kv_budget=args.kv_budget,
+        batching=args.batching,
     )
     name = args.model_name or Path(args.export_dir).resolve().name
     server: ApiServer | None = None

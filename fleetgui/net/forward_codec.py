@@ -235,6 +235,13 @@ def encode_forward(
 ) -> list[FrameLike]:
     """The frames of a FORWARD message carrying ``request`` (K+1 positions are one tensor).
     ``extra_meta`` adds transport fields (ring epoch, timings so far)."""
+    return encode(forward_message(request, request_id=request_id, extra_meta=extra_meta), limits)
+
+
+def forward_message(
+    request: ForwardRequest, *, request_id: int = 0, extra_meta: Mapping[str, Any] | None = None
+) -> Message:
+    """The FORWARD message :func:`encode_forward` encodes."""
     head, extra = _head_meta(request.head)
     meta = {
         **(extra_meta or {}),
@@ -245,9 +252,7 @@ def encode_forward(
     if request.keep is not None:  # absent: an older worker reads the message as before
         meta["keep"] = request.keep
     tensors = (np.asarray(request.payload), *extra)
-    return encode(
-        Message(Op.FORWARD, request.stream_id, request_id, meta=meta, tensors=tensors), limits
-    )
+    return Message(Op.FORWARD, request.stream_id, request_id, meta=meta, tensors=tensors)
 
 
 def request_from_message(message: Message) -> ForwardRequest:
@@ -295,6 +300,16 @@ def encode_result(
 ) -> list[FrameLike]:
     """The frames of a RESULT message carrying ``result`` (``flags``: FINAL ends a DECODE's
     results)."""
+    return encode(result_message(result, request_id, extra_meta, flags), limits)
+
+
+def result_message(
+    result: ForwardResult,
+    request_id: int = 0,
+    extra_meta: Mapping[str, Any] | None = None,
+    flags: Flags = Flags.NONE,
+) -> Message:
+    """The RESULT message :func:`encode_result` encodes."""
     named = [("payload", result.payload), ("logits", result.logits)]
     roles = [name for name, value in named if value is not None]
     tensors = tuple(np.asarray(value) for _, value in named if value is not None)
@@ -309,7 +324,7 @@ def encode_result(
         meta["logprobs"] = [
             [lp.token, lp.logprob, [[i, v] for i, v in lp.top]] for lp in result.logprobs
         ]
-    return encode(Message(Op.RESULT, result.stream_id, request_id, flags, meta, tensors), limits)
+    return Message(Op.RESULT, result.stream_id, request_id, flags, meta, tensors)
 
 
 def result_from_message(message: Message) -> ForwardResult:

@@ -84,6 +84,10 @@ class Op(enum.IntEnum):
     # start the message's stream as a copy of another's first KV entries: meta {"source": stream
     # id, "keep": entries}; answered with FORK once every stage of the worker holds the copy
     FORK = 35
+    # one pass of several streams (net/batch_codec.py): meta {"entries": [each stream's FORWARD
+    # or RESULT meta with "stream", "n" and "own"], ...}, the payloads joined in one tensor
+    FORWARD_BATCH = 36
+    RESULT_BATCH = 37
 
 
 class Flags(enum.IntFlag):
@@ -164,7 +168,7 @@ class Limits:
     """What :func:`decode` accepts; checked before any tensor is looked at."""
 
     max_meta_bytes: int = 64 * 1024  # JSON meta section
-    max_tensors: int = 8  # tensor sections per message
+    max_tensors: int = 200  # tensor sections per message (a batch's heads have some each)
     max_ndim: int = 4  # dimensions per tensor (the descriptor has room for 4)
     max_tensor_bytes: int = 256 * 1024 * 1024  # one tensor
     max_total_bytes: int = 256 * 1024 * 1024  # all tensors of one message

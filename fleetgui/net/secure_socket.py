@@ -213,7 +213,8 @@ class SecureServer:
             await self._pair(peer, key, address, message)
             return None
         coordinator = self.authorizer.is_authorized(key)
-        if not coordinator and message.op is Op.FORWARD and self.authorizer.is_ring_peer(key):
+        ring_op = message.op in (Op.FORWARD, Op.FORWARD_BATCH)
+        if not coordinator and ring_op and self.authorizer.is_ring_peer(key):
             return Incoming(peer, key, message, from_coordinator=False)
         if not coordinator:
             logger.warning(

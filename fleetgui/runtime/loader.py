@@ -50,6 +50,9 @@ class LocalPipelineConfig:
     # memory, runtime.kv_budget); kv_budget_tokens, if set, is the budget in tokens instead
     kv_budget_bytes: int | None = None
     kv_budget_tokens: int | None = None
+    # several streams in each stage pass (paged stages, the pass scheduler); False: one stream
+    # a pass on stateful stages, streams interleaved across the stages
+    batching: bool = True
 
 
 def with_context(
@@ -58,9 +61,13 @@ def with_context(
     context: int | None = None,
     kv_reuse: bool | None = None,
     kv_budget: int | None = None,
+    batching: bool | None = None,
 ) -> LocalPipelineConfig:
-    """``config`` with what ``--context``, ``--no-kv-reuse`` and ``--kv-budget`` (bytes) set;
-    None leaves a setting as it is."""
+    """``config`` with what ``--context``, ``--no-kv-reuse``, ``--kv-budget`` (bytes) and
+    ``--no-batching`` set; None leaves a setting as it is."""
+    if batching is not None:
+        stage = replace(config.stage, paged=batching and config.stage.paged)
+        config = replace(config, batching=batching, stage=stage)
     if context is not None:
         config = replace(config, context_limit=context)
     if kv_reuse is not None:
@@ -217,6 +224,7 @@ def pipeline_over(
         prefill_chunk=config.prefill_chunk,
         metrics=metrics,
         resident=resident_streams(config, manifest, context_limit, holders),
+        batching=config.batching,
     )
 
 

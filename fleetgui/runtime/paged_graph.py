@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import openvino as ov
 from openvino._offline_transformations import paged_attention_transformation
 
@@ -94,18 +93,15 @@ def _state_layouts(model: ov.Model) -> list[tuple[int, int]]:
     return [found[layer] for layer in sorted(found)]
 
 
-def cache_layouts(compiled: ov.CompiledModel) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
-    """Each cache input's block shape (without the block count) and type, as compiled (the
-    CPU plugin may store quantized keys with their scales in extra rows)."""
-    layouts: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+def cache_layouts(compiled: ov.CompiledModel) -> dict[str, tuple[tuple[int, ...], ov.Type]]:
+    """Each cache input's block shape (without the block count) and element type, as compiled
+    (the CPU plugin may store quantized keys with their scales in extra rows, or bf16)."""
+    layouts: dict[str, tuple[tuple[int, ...], ov.Type]] = {}
     for port in compiled.inputs:
         name = port.get_any_name()
         if name.startswith(KV_CACHE_PREFIXES):
             dims = list(port.get_partial_shape())[1:]
             if not all(dim.is_static for dim in dims):
                 raise PagedGraphError(f"the compiled cache input {name} is not fully shaped")
-            layouts[name] = (
-                tuple(dim.get_length() for dim in dims),
-                port.get_element_type().to_dtype(),
-            )
+            layouts[name] = (tuple(dim.get_length() for dim in dims), port.get_element_type())
     return layouts

@@ -67,17 +67,20 @@ class _Part:
         self.request = compiled.create_infer_request()
         self.dtypes = input_dtypes(compiled)
         self.layouts = cache_layouts(compiled)
+        # each cache as OpenVINO holds it (bf16 has no numpy type) and a view of its bytes
+        self.tensors: dict[str, ov.Tensor] = {}
         self.caches: dict[str, np.ndarray] = {}
 
     def grow(self, capacity: int) -> None:
         """Enlarge every cache to ``capacity`` blocks, keeping what the blocks hold."""
-        for name, (block, dtype) in self.layouts.items():
-            grown = np.zeros((capacity, *block), dtype=dtype)
+        for name, (block, element) in self.layouts.items():
+            tensor = ov.Tensor(element, [capacity, *block])
+            grown = tensor.data  # a view of the same memory, of the element's size
             old = self.caches.get(name)
             if old is not None:
-                grown[: len(old)] = old
-            self.caches[name] = grown
-            self.request.set_tensor(name, ov.Tensor(grown, shared_memory=True))
+                grown[: len(old)] = old  # same itemsize: the bytes as they are
+            self.tensors[name], self.caches[name] = tensor, grown
+            self.request.set_tensor(name, tensor)
 
     def copy_blocks(self, copies: Sequence[tuple[int, int]]) -> None:
         if not copies:
@@ -135,6 +138,9 @@ class PagedStage(BlockingStage):
         # the block tables change on the pass's thread and, for release and close, on the
         # event loop's: each change is whole under this lock (never held while computing)
         self._books = threading.Lock()
+        # one pass at a time: the stage has one request, and a pass may come from the event
+        # loop's thread (a short one) while a lane's thread runs another
+        self._computing = threading.Lock()
         log.info(
             "stage %d (%s) compiled with paged attention on %s in %.1f s",
             index,
@@ -225,6 +231,12 @@ class PagedStage(BlockingStage):
         streams = [request.stream_id for request in requests]
         if len(set(streams)) != len(streams):
             raise StageError(f"stage {self.index}: a pass carries stream(s) twice: {streams}")
+        with self._computing:
+            return self._forward_batch(requests, streams, started)
+
+    def _forward_batch(
+        self, requests: Sequence[ForwardRequest], streams: list[int], started: float
+    ) -> list[ForwardResult]:
         try:
             with self._books:
                 for request in requests:

@@ -30,6 +30,7 @@ from fleetgui.runtime.generation import (
 from fleetgui.runtime.generation_loop import StreamGeneration, stream_steps
 from fleetgui.runtime.kv_budget import KvHeld
 from fleetgui.runtime.metrics import AggregateThroughput, MetricsBus, TokensEmitted
+from fleetgui.runtime.pass_scheduler import PassScheduler
 from fleetgui.runtime.resident import ParkedStream, ResidentStreams
 from fleetgui.runtime.route import Route
 from fleetgui.runtime.sequence import CompactionPolicy, FedTokens
@@ -87,13 +88,17 @@ class Pipeline:
         new_auto_k: Callable[[], AutoK] = AutoK,
         max_streams: int | None = None,
         resident: ResidentStreams | None = None,
+        batching: bool = True,
     ) -> None:
         """``new_auto_k`` makes each stream's chooser of K (for ``k="auto"``); benchmarks pass
         differently set ones to compare them. ``max_streams``: generations at once, the
         others wait their turn (None: no limit; ``streams.set`` changes it). ``resident``:
         where finished streams stay for the next request that continues them (None: every
-        stream is freed as it ends, and every prompt is prefilled whole)."""
+        stream is freed as it ends, and every prompt is prefilled whole). ``batching``: several
+        streams in one pass a stage (:mod:`fleetgui.runtime.pass_scheduler`)."""
         self.route = route
+        # streams' requests go down the route in batched passes, or each on its own
+        self.passes: Route = PassScheduler(route) if batching else route
         self.tokenizer = tokenizer
         self.context_limit = context_limit
         self.draft = draft
@@ -288,7 +293,7 @@ class Pipeline:
     def _generation(self, stream: StreamState, drafter: Drafter | None) -> StreamGeneration:
         """The loop of an admitted stream through this pipeline's route (and ``drafter``)."""
         target = TargetPasses(
-            self.route,
+            self.passes,
             self.metrics,
             context_limit=self.context_limit,
             prefill_chunk=self.prefill_chunk,

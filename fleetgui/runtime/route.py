@@ -78,6 +78,11 @@ class Route(ABC):
     async def run(self, request: ForwardRequest) -> ForwardResult:
         """Run ``request`` (token ids) through all stages; the last stage's head result."""
 
+    async def run_batch(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """Run several streams' requests (one each), in one pass a stage where the route can;
+        this form runs them side by side, as separate passes."""
+        return list(await asyncio.gather(*(self.run(request) for request in requests)))
+
     async def decode(self, run: DecodeRun) -> AsyncGenerator[ForwardResult, None]:
         """The results of ``run``'s steps as they finish. Closing the iterator early stops
         the run and waits for a step under way. This form runs one step at a time; a route
@@ -145,33 +150,46 @@ class LocalRoute(Route):
         return len(self.stages)
 
     def _stage_pass(
-        self, index: int, request: ForwardRequest
-    ) -> tuple[ForwardResult, ForwardRequest | None]:
-        """Stage ``index``'s part of ``request`` (the head runs on the last stage only); the
-        next stage's request, None after the last stage."""
+        self, index: int, requests: Sequence[ForwardRequest]
+    ) -> tuple[list[ForwardResult], list[ForwardRequest] | None]:
+        """Stage ``index``'s part of ``requests`` (one pass; the head runs on the last stage
+        only); the next stage's requests, None after the last stage."""
         last = index == len(self.stages) - 1
-        result = self.stages[index].forward_blocking(
-            request if last else replace(request, head=None)
-        )
-        return result, None if last else replace(request, payload=_hidden(result, index))
+        sent = list(requests) if last else [replace(r, head=None) for r in requests]
+        stage = self.stages[index]
+        if len(sent) == 1:
+            results = [stage.forward_blocking(sent[0])]
+        else:
+            results = stage.forward_batch_blocking(sent)
+        if last:
+            return results, None
+        following = [
+            replace(request, payload=_hidden(result, index))
+            for request, result in zip(requests, results, strict=True)
+        ]
+        return results, following
 
-    def _job(self, index: int, request: ForwardRequest, trip: _Trip) -> tuple[int, Job] | None:
-        """Stage ``index``'s part of ``request``; the next stage's (or step's) job."""
+    def _job(
+        self, index: int, requests: Sequence[ForwardRequest], trip: _Trip
+    ) -> tuple[int, Job] | None:
+        """Stage ``index``'s part of ``requests``; the next stage's (or step's) job."""
         try:
-            result, following = self._stage_pass(index, request)
-            trip.compute.update(result.compute_ms)
+            results, following = self._stage_pass(index, requests)
+            trip.compute.update(results[0].compute_ms)
             if following is not None:
                 return index + 1, partial(self._job, index + 1, following, trip)
-            result.compute_ms, trip.compute = trip.compute, {}
+            for result in results:
+                result.compute_ms = dict(trip.compute)
+            trip.compute = {}
             run = trip.run
-            token = None if run is None else run.after(result)
-            trip.post(result)
+            token = None if run is None else run.after(results[0])
+            trip.post(results if run is None else results[0])
             if run is None:
                 return None
             if token is None:
                 trip.post(_END)
                 return None
-            return 0, partial(self._job, 0, run.request(token), trip)
+            return 0, partial(self._job, 0, [run.request(token)], trip)
         except Exception as exc:
             trip.post(exc)
             if trip.run is not None:
@@ -185,14 +203,19 @@ class LocalRoute(Route):
         agent, the coordinator's stage before the ring). The caller makes sure no lane job of
         the same stream is under way; other streams' jobs may run meanwhile (each stream has its
         own requests and state)."""
+        return self.run_batch_blocking([request])[0]
+
+    def run_batch_blocking(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """:meth:`run_blocking` for several streams' requests, one pass a stage."""
         compute: dict[int, float] = {}
-        index, current = 0, request
+        index, current = 0, list(requests)
         while True:
-            result, following = self._stage_pass(index, current)
-            compute.update(result.compute_ms)
+            results, following = self._stage_pass(index, current)
+            compute.update(results[0].compute_ms)
             if following is None:
-                result.compute_ms = compute
-                return result
+                for result in results:
+                    result.compute_ms = dict(compute)
+                return results
             index, current = index + 1, following
 
     async def run_inline_if_short(self, request: ForwardRequest, budget_ms: float) -> ForwardResult:
@@ -200,16 +223,27 @@ class LocalRoute(Route):
         calling thread (:meth:`run_blocking`) once this route's last short pass took at most
         ``budget_ms`` (``math.inf``: every short pass, timed or not); anything else through the
         lanes (:meth:`run`)."""
-        short = request.n_positions <= SHORT_PASS_POSITIONS
+        return (await self.run_batch_inline_if_short([request], budget_ms))[0]
+
+    async def run_batch_inline_if_short(
+        self, requests: Sequence[ForwardRequest], budget_ms: float
+    ) -> list[ForwardResult]:
+        """:meth:`run_inline_if_short` for one pass of several streams' requests, short when
+        all of them together are."""
+        short = sum(request.n_positions for request in requests) <= SHORT_PASS_POSITIONS
         if short and fits_inline(self._short_pass_ms, budget_ms):
-            result = self.run_blocking(request)
+            results = self.run_batch_blocking(requests)
         else:
-            result = await self.run(request)
+            results = await self.run_batch(requests)
         if short:
-            self._short_pass_ms = sum(result.compute_ms.values())
-        return result
+            self._short_pass_ms = sum(results[0].compute_ms.values())
+        return results
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
+        return (await self.run_batch([request]))[0]
+
+    async def run_batch(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """One pass of ``requests`` (each of another stream) through the lanes."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[object] = loop.create_future()
 
@@ -217,7 +251,8 @@ class LocalRoute(Route):
             if not done.done():
                 done.set_result(outcome)
 
-        self._lanes.submit(0, partial(self._job, 0, request, _Trip(partial(_post, loop, settle))))
+        trip = _Trip(partial(_post, loop, settle))
+        self._lanes.submit(0, partial(self._job, 0, list(requests), trip))
         try:
             outcome = await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -226,7 +261,7 @@ class LocalRoute(Route):
             raise
         if isinstance(outcome, BaseException):
             raise outcome
-        return outcome  # type: ignore[return-value]
+        return outcome  # type: ignore[return-value]  # the results, in the requests' order
 
     async def decode(self, run: DecodeRun) -> AsyncGenerator[ForwardResult, None]:
         """Each step's next one starts on the worker thread that finished it (see the class
@@ -237,7 +272,7 @@ class LocalRoute(Route):
         inbox: asyncio.Queue[object] = asyncio.Queue()
         ended = False
         trip = _Trip(partial(_post, loop, inbox.put_nowait), run)
-        self._lanes.submit(0, partial(self._job, 0, run.request(run.token), trip))
+        self._lanes.submit(0, partial(self._job, 0, [run.request(run.token)], trip))
         self._runs.add(run)
         try:
             while True:

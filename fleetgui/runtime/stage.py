@@ -184,6 +184,11 @@ class BlockingStage(Stage):
         """:meth:`forward`, synchronously, off the loop; the caller runs nothing else on this
         stage meanwhile (it holds :attr:`lock`, or is the stage's lane in a local route)."""
 
+    def forward_batch_blocking(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """Each request (of another stream each) as :meth:`forward_blocking` runs it; a stage
+        that computes several streams in one pass overrides this."""
+        return [self.forward_blocking(request) for request in requests]
+
 
 _T = TypeVar("_T")
 

@@ -89,6 +89,7 @@ class WorkerAgent:
         self.data_path = DataPath(config, self.server, self.host, self.ring)
         self._handlers: dict[Op, Callable[[Incoming], Coroutine[Any, Any, None]]] = {
             Op.FORWARD: self.data_path.forward,
+            Op.FORWARD_BATCH: self.data_path.forward_batch,
             Op.HELLO: self._hello,
             Op.HEARTBEAT: self._heartbeat,
             Op.HAVE_FILES: self._have_files,

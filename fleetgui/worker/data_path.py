@@ -1,4 +1,4 @@
-"""A worker's data path: FORWARD through its stages and on, and DECODE runs.
+"""A worker's data path: FORWARD (and FORWARD_BATCH) through its stages and on, and DECODE runs.
 
 A FORWARD of the current ring epoch runs the hosted stages, then goes on to the next worker
 with the activations, or, from the last worker (or in a hub), back to the coordinator as the
@@ -17,6 +17,11 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from fleetgui.net.batch_codec import (
+    encode_forward_batch,
+    encode_result_batch,
+    requests_from_message,
+)
 from fleetgui.net.decode_codec import decode_steps_from_message
 from fleetgui.net.forward_codec import (
     compute_ms_from,
@@ -62,6 +67,13 @@ class DataPath:
 
     async def forward(self, incoming: Incoming) -> None:
         """Handle a FORWARD (see module doc)."""
+        await self._forward(incoming, batch=False)
+
+    async def forward_batch(self, incoming: Incoming) -> None:
+        """Handle a FORWARD_BATCH: one pass of several streams, passed on as one message."""
+        await self._forward(incoming, batch=True)
+
+    async def _forward(self, incoming: Incoming, *, batch: bool) -> None:
         message = incoming.message
         epoch = message.meta.get("epoch")
         if epoch != self.ring.epoch or self.host.hosted is None:
@@ -75,7 +87,7 @@ class DataPath:
             await reply_error(self.server, incoming, ErrorCode.NOT_LOADED, text[:300])
             return
         try:
-            request = request_from_message(message)
+            requests = requests_from_message(message) if batch else [request_from_message(message)]
             timings = compute_ms_from(message.meta)
         except ProtocolError as exc:
             await self._to_coordinator(
@@ -87,27 +99,41 @@ class DataPath:
             if epoch != self.ring.epoch or hosted is None:
                 return
             try:
-                result = await hosted.route.run_inline_if_short(request, self.config.inline_ms)
+                results = await hosted.route.run_batch_inline_if_short(
+                    requests, self.config.inline_ms
+                )
             except StageError as exc:
                 text = f"worker {self.config.name!r}: {exc}"
                 answer = error_message(ErrorCode.STAGE_FAILED, text, request_id=message.request_id)
                 await self._to_coordinator(answer)
                 return
             self.forwards += 1
-        timings.update(result.compute_ms)
-        result.compute_ms = timings
-        extra = {"epoch": epoch}
+        timings.update(results[0].compute_ms)
+        for result in results:
+            result.compute_ms = dict(timings)
+        extra: dict[str, Any] = {"epoch": epoch}
         nxt = self.ring.next
         if hosted.is_last or nxt is None:  # end of the ring, or a hub
-            await self._to_coordinator_frames(
-                encode_result(result, request_id=message.request_id, extra_meta=extra)
+            frames = (
+                encode_result_batch(results, request_id=message.request_id, extra_meta=extra)
+                if batch
+                else encode_result(results[0], request_id=message.request_id, extra_meta=extra)
             )
+            await self._to_coordinator_frames(frames)
             return
-        if result.payload is None:
-            raise StageError(f"worker {self.config.name!r}: its stages returned no hidden states")
-        onward = replace(request, payload=result.payload)
+        onward = []
+        for request, result in zip(requests, results, strict=True):
+            if result.payload is None:
+                raise StageError(
+                    f"worker {self.config.name!r}: its stages returned no hidden states"
+                )
+            onward.append(replace(request, payload=result.payload))
         extra["compute_ms"] = {str(k): v for k, v in timings.items()}
-        frames = encode_forward(onward, request_id=message.request_id, extra_meta=extra)
+        frames = (
+            encode_forward_batch(onward, request_id=message.request_id, extra_meta=extra)
+            if batch
+            else encode_forward(onward[0], request_id=message.request_id, extra_meta=extra)
+        )
         try:
             await nxt.send(frames)
         except Exception as exc:

@@ -123,7 +123,7 @@ def test_esc_stops_a_reply_and_keeps_its_text(qtbot: QtBot, app: Any) -> None:
     resident = pipeline.resident  # type: ignore[union-attr]
     kept = {parked.stream_id for parked in resident.idle()}
     assert kept  # the conversation's KV stays for its next turn; nothing else stays
-    qtbot.waitUntil(lambda: all(set(stage._streams) <= kept for stage in stages))
+    qtbot.waitUntil(lambda: all(set(stage.stream_ids()) <= kept for stage in stages))
 
 
 def test_a_chats_next_turn_keeps_its_kv_and_the_reply_says_how_much(

@@ -31,14 +31,14 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
 from fleetgui.fleet.ring.decode_client import decode_on_worker
-from fleetgui.fleet.ring.forward_pass import run_pass
+from fleetgui.fleet.ring.forward_pass import run_batch_pass, run_pass
 from fleetgui.fleet.ring.link import Dispatcher, WorkerLink, WorkerLostError
 from fleetgui.fleet.ring.route_gate import RouteGate
 from fleetgui.fleet.ring.wiring import Wiring
@@ -147,17 +147,33 @@ class RingRoute(Route):
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
         async with self._gate.admitted():
-            return await self._run(request)
+            return (await self._run([request]))[0]
 
-    async def _run(self, request: ForwardRequest) -> ForwardResult:
-        record = self._records.setdefault(request.stream_id, _StreamRecord(epoch=self.ring.epoch))
+    async def run_batch(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        """One pass of several streams' requests: one message a hop (:meth:`run` for each,
+        failover included)."""
+        async with self._gate.admitted():
+            return await self._run(requests)
+
+    async def _run(self, requests: Sequence[ForwardRequest]) -> list[ForwardResult]:
+        records = [
+            self._records.setdefault(r.stream_id, _StreamRecord(epoch=self.ring.epoch))
+            for r in requests
+        ]
         for attempt in range(self.config.max_recoveries + 1):
             ring = self.ring
             try:
-                if record.epoch != ring.epoch:
-                    await self._replay(ring, request.stream_id, record.passes)
-                    record.epoch = ring.epoch
-                result = await self._run_pass(ring, request)
+                for request, record in zip(requests, records, strict=True):
+                    if record.epoch != ring.epoch:
+                        await self._replay(ring, request.stream_id, record.passes)
+                        record.epoch = ring.epoch
+                results = await run_batch_pass(
+                    ring,
+                    requests,
+                    dispatcher=self.dispatcher,
+                    config=self.config,
+                    on_hop=self.on_hop,
+                )
             except (WorkerLostError, RequestTimeoutError) as exc:
                 if self.recover is None or attempt == self.config.max_recoveries:
                     raise
@@ -166,8 +182,9 @@ class RingRoute(Route):
                 except (WorkerLostError, RequestTimeoutError) as again:
                     log.warning("rebuilding the ring failed (%s); trying again", again)
                 continue
-            record.passes.append(replace(request, head=None))
-            return result
+            for request, record in zip(requests, records, strict=True):
+                record.passes.append(replace(request, head=None))
+            return results
         raise AssertionError("unreachable")
 
     async def _recover(self, failed: Ring, exc: Exception) -> None:

@@ -19,6 +19,7 @@ from fleetgui.fleet.ring.route import RingRoute
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.keys import KeyPair
 from fleetgui.runtime.ov_stage import LocalStage
+from fleetgui.runtime.paged_stage import PagedStage
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 
 pytestmark = pytest.mark.slow
@@ -83,7 +84,7 @@ def test_the_coordinators_short_passes_run_on_its_event_loop_thread(
             pipe = session.pipeline()
             assert isinstance(pipe.route, RingRoute)
             stage = pipe.route.ring.local[0]
-            assert isinstance(stage, LocalStage)
+            assert isinstance(stage, LocalStage | PagedStage)
             await pipe.set_resident(None)  # the same prompt twice, each prefilled whole
             calls: Calls = []
             forward = stage.forward_blocking
