@@ -8,9 +8,9 @@ thread, stage 1) on a 2-stage export (default: the demo's SmolLM2-135M-Instruct,
   completion tokens per second from the first request sent to the last answer done, and each
   user's own decode rate. Batching (the default) against ``--no-batching`` (stateful stages,
   one stream a pass, streams interleaved: before continuous batching).
-- prefill beside a running user: one user streams a long answer; the time between its tokens
-  while the server is otherwise idle, and while a second user's 2,000-token prompt is
-  prefilled (from that request sent to its first token).
+- prefill beside a running user: one user streams a long completion (counting on); the time
+  between its tokens while the server is otherwise idle, and while a second user's
+  2,000-token prompt is prefilled (from that request sent to its first token).
 
 With ``--llama-server BIN --gguf Q8_0.gguf``, the same users against ``llama-server -np 16``
 alone on both cores (one process, 2 threads) on the same model.
@@ -50,9 +50,24 @@ def client(url: str) -> Any:
     return openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=900)
 
 
-def stream_answer(url: str, prompt: str, n_tokens: int) -> list[float]:
-    """The arrival time of each streamed chunk of one answer (perf_counter seconds)."""
-    times = []
+def stream_count(url: str, n_tokens: int, times: list[float]) -> None:
+    """A plain completion that goes on counting (no chat turn to end): each streamed chunk's
+    arrival time, appended to ``times`` as they come."""
+    counting = ", ".join(str(n) for n in range(1, 40)) + ","
+    chunks = client(url).completions.create(
+        model="m", prompt=counting, max_tokens=n_tokens, temperature=0, stream=True
+    )
+    for chunk in chunks:
+        if chunk.choices and chunk.choices[0].text:
+            times.append(time.perf_counter())
+
+
+def stream_answer(
+    url: str, prompt: str, n_tokens: int, times: list[float] | None = None
+) -> list[float]:
+    """The arrival time of each streamed chunk of one answer (perf_counter seconds), appended
+    to ``times`` as they come."""
+    times = [] if times is None else times
     chunks = client(url).chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": prompt}],
@@ -82,7 +97,12 @@ def users_at_once(url: str, n_users: int) -> dict[str, float]:
     ended = max(times[-1] for times in arrivals)
     tokens = sum(len(times) for times in arrivals)
     per_user = [(len(t) - 1) / (t[-1] - t[0]) for t in arrivals if len(t) > 1]
-    log.info("%d users: %.1f tok/s", n_users, tokens / (ended - started))
+    log.info(
+        "%d users: %.1f tok/s, each %.1f",
+        n_users,
+        tokens / (ended - started),
+        statistics.median(per_user),
+    )
     return {
         "aggregate": tokens / (ended - started),
         "per_user": statistics.median(per_user),
@@ -93,15 +113,21 @@ def users_at_once(url: str, n_users: int) -> dict[str, float]:
 def prefill_beside(url: str) -> dict[str, float]:
     """A running user's time between tokens idle, and while another's long prompt prefills."""
     times: list[float] = []
-    running = threading.Thread(
-        target=lambda: times.extend(stream_answer(url, "Count slowly: " + filler(1, 8), 600))
-    )
+    running = threading.Thread(target=stream_count, args=(url, 600, times))
     running.start()
     while len(times) < 120:  # idle gaps after its first 40 tokens
+        if not running.is_alive():
+            raise RuntimeError(f"the running user's answer ended after {len(times)} tokens")
         time.sleep(0.05)
     sent = time.perf_counter()
     first = stream_answer(url, filler(2, LONG_PROMPT_WORDS) + " Summarise.", 1)[0]
     running.join()
+    log.info(
+        "running user: %d tokens, %d before the long prompt, %d before its first token",
+        len(times),
+        sum(t < sent for t in times),
+        sum(t < first for t in times),
+    )
     idle = [b - a for a, b in itertools.pairwise(times) if b < sent][40:]
     during = [b - a for a, b in itertools.pairwise(times) if sent <= a and b <= first]
     return {

@@ -2,11 +2,12 @@
 pass may add beside running streams without slowing them past a set factor.
 
 Each stage's time per pass is close to a line in the tokens the pass carries: a fixed part
-(reading the stage's weights, the hand-offs) and a part per token. The line is fitted to the
-passes the scheduler ran (:class:`PassCosts`); a prompt chunk that joins a pass of ``d``
-decode tokens adds ``p`` tokens with ``a + b (d + p) <= factor * (a + b d)`` on every stage, so
-a running user's time between tokens grows at most ``factor`` times while another's prompt is
-prefilled.
+(reading the stage's weights) and a part per token. The lines are fitted to the passes the
+scheduler ran (:class:`PassCosts`), beside what a pass's round trip takes on top of its stages
+(hand-offs, hops, the head). A running user's time between tokens is about one round trip, so
+a prompt chunk of ``p`` tokens joins a pass of ``d`` decode tokens with ``p * sum(per-token
+ms) <= (factor - 1) * round trip(d)``: that user's tokens come at most ``factor`` times slower
+while another's prompt is prefilled.
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ class PassCosts:
     def __init__(self, slowdown: float = SLOWDOWN) -> None:
         self.slowdown = slowdown
         self._samples: dict[int, collections.deque[tuple[int, float]]] = {}
+        self._overhead: collections.deque[float] = collections.deque(maxlen=_WINDOW)
 
-    def record(self, tokens: int, stage_ms: dict[int, float]) -> None:
-        """A pass of ``tokens`` tokens took ``stage_ms[stage]`` on each stage."""
+    def record(self, tokens: int, stage_ms: dict[int, float], round_trip_ms: float) -> None:
+        """A pass of ``tokens`` tokens took ``stage_ms[stage]`` on each stage and
+        ``round_trip_ms`` from sent to back."""
+        self._overhead.append(max(0.0, round_trip_ms - sum(stage_ms.values())))
         for stage, ms in stage_ms.items():
             if math.isfinite(ms) and ms >= 0:
                 self._samples.setdefault(stage, collections.deque(maxlen=_WINDOW)).append(
@@ -71,8 +75,8 @@ class PassCosts:
         lines = self.lines()
         if not lines:
             return DEFAULT_PREFILL_ROOM
-        room = min(
-            (self.slowdown - 1.0) * line.ms(decode_tokens) / line.per_token_ms
-            for line in lines.values()
-        )
-        return int(min(max(room, MIN_PREFILL_ROOM), MAX_PREFILL_ROOM))
+        overhead = float(np.median(self._overhead)) if self._overhead else 0.0
+        round_trip = sum(line.ms(decode_tokens) for line in lines.values()) + overhead
+        per_token = sum(line.per_token_ms for line in lines.values())
+        room = (self.slowdown - 1.0) * round_trip / per_token
+        return int(min(max(room + 1e-6, MIN_PREFILL_ROOM), MAX_PREFILL_ROOM))  # fit rounding

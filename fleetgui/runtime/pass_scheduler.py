@@ -220,14 +220,9 @@ class PassScheduler(Route):
                 left = self._in_flight.pop(request.stream_id) - 1
                 if left:
                     self._in_flight[request.stream_id] = left
+        round_trip_ms = (time.perf_counter() - started) * 1000
         if results:
-            self.costs.record(tokens, results[0].compute_ms)
-            log.debug(
-                "pass of %d tokens, %d streams: %.1f ms",
-                tokens,
-                len(requests),
-                (time.perf_counter() - started) * 1000,
-            )
+            self.costs.record(tokens, results[0].compute_ms, round_trip_ms)
         low, high = GATHER_S
         gather = min(max(0.5 * (time.perf_counter() - started), low), high)
         deadline = asyncio.get_running_loop().time() + gather

@@ -1,0 +1,35 @@
+"""The prompt tokens a pass may carry beside decode steps follow the stages' measured lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetgui.runtime.pass_costs import (
+    DEFAULT_PREFILL_ROOM,
+    MAX_PREFILL_ROOM,
+    MIN_PREFILL_ROOM,
+    PassCosts,
+)
+
+
+def test_lines_are_fitted_per_stage_and_bound_the_prompt_room() -> None:
+    costs = PassCosts(slowdown=2.0)
+    assert costs.prefill_room(1) == DEFAULT_PREFILL_ROOM  # nothing measured yet
+    for tokens in (1, 2, 8, 64):
+        # stage 0: 4 ms + 0.25 ms a token; stage 1: 5 ms + 0.25 ms; 3 ms of hops on top
+        stages = {0: 4 + 0.25 * tokens, 1: 5 + 0.25 * tokens}
+        costs.record(tokens, stages, sum(stages.values()) + 3)
+    lines = costs.lines()
+    assert lines[0].fixed_ms == pytest.approx(4) and lines[1].per_token_ms == pytest.approx(0.25)
+    # a round trip of 2 decode tokens: 4.5 + 5.5 + 3 = 13 ms; twice that allows 13 ms more,
+    # 26 tokens at 0.5 ms a token over both stages
+    assert costs.prefill_room(2) == 26
+
+
+def test_the_room_stays_within_its_bounds() -> None:
+    cheap, dear = PassCosts(), PassCosts()
+    for tokens in (1, 100):
+        cheap.record(tokens, {0: 10 + 1e-4 * tokens}, 10)
+        dear.record(tokens, {0: 0.1 + 5 * tokens}, 5 * tokens)
+    assert cheap.prefill_room(1) == MAX_PREFILL_ROOM
+    assert dear.prefill_room(1) == MIN_PREFILL_ROOM
