@@ -16,7 +16,9 @@ With ``--llama-server BIN --gguf Q8_0.gguf``, the same users against ``llama-ser
 alone on both cores (one process, 2 threads) on the same model.
 
 Run: ``.venv/bin/python benchmarks/bench_batching.py [--users 1,2,4,8,16] [--llama-server BIN
---gguf Q8_0.gguf] [--export DIR]``
+--gguf Q8_0.gguf] [--export DIR] [--no-beside]``. The ~1.2B random Llama:
+``E=$(.venv/bin/python benchmarks/random_llama_gguf.py --export)`` and
+``G=$(.venv/bin/python benchmarks/random_llama_gguf.py)``, then ``--export $E --gguf $G``.
 """
 
 from __future__ import annotations
@@ -177,6 +179,9 @@ def main() -> None:
     parser.add_argument("--users", default="1,2,4,8,16")
     parser.add_argument("--llama-server", help="llama-server binary")
     parser.add_argument("--gguf", type=Path, help="the same model as a GGUF file")
+    parser.add_argument(
+        "--no-beside", dest="beside", action="store_false", help="skip the prefill-beside test"
+    )
     args = demo_run_args(parser)
     counts = [int(n) for n in args.users.split(",")]
     from fleetgui.fleet.local_fleet.fleet import LocalFleet
@@ -190,7 +195,7 @@ def main() -> None:
             with fleetgui_server(
                 args.export, worker, identity_dir, "--max-streams", "16", *flags
             ) as url:
-                runs[name] = measure(url, counts, beside=True)
+                runs[name] = measure(url, counts, beside=args.beside)
     if args.llama_server and args.gguf:
         os.sched_setaffinity(0, {0, 1})
         with llama_server(args.llama_server, args.gguf, max(counts)) as url:

@@ -1,14 +1,20 @@
-"""What a stage pass costs with B streams' rows in it: the cost curve continuous batching
-(issue 40) would plan its token budget from.
+"""What a stage pass costs with B streams in it, by the two mechanisms continuous batching
+could use, side by side.
 
 One stage of the demo's SmolLM2 export (stage 0, layers 0-15, int8 weights computed in f32
 with int8 activations as ``precision auto`` compiles them), one OpenVINO thread on one core.
-*Batched stateful*: the stage's own stateful graph run with B rows at once (``input_ids
-[B, 1]``, one attention mask row per stream, ``beam_idx`` picking each row's cache), after a
-``--history``-token prefill of every row: the mechanism that needs no graph change, where
-streams of different lengths would share one cache length and mask their gaps. Printed: ms
-per decode pass against B, and the time a single-row prefill pass of 64 and 256 tokens holds
-the stage.
+
+- *Batched stateful*: the stage's own stateful graph run with B rows at once (``input_ids
+  [B, 1]``, one attention mask row per stream, ``beam_idx`` picking each row's cache), after a
+  ``--history``-token prefill of every row: no graph change, but every stream of a pass shares
+  one cache length (shorter ones mask their gaps), a stream joins by copying the whole batch's
+  cache, and a prompt chunk pads every row to its length.
+- *Paged* (what fleetgui runs, ``runtime/paged_stage.py``): the stage converted to paged
+  attention, B streams of different lengths (``--history`` + 7 x i tokens) in one pass of
+  ``PagedStage.forward_batch_blocking``, Python included, KV in f16 (the default).
+
+Printed: ms per decode pass against B, and the time a single-stream prefill pass of 64 and
+256 tokens holds the stage after ``--history`` cached tokens.
 
 Run: ``.venv/bin/python benchmarks/bench_stage_batch.py [--history 512] [--steps 20]``
 """
@@ -79,6 +85,45 @@ def curve(compiled: Any, history: int, steps: int, batches: list[int]) -> dict[s
     return out
 
 
+def paged_curve(export: Path, history: int, steps: int, batches: list[int]) -> dict[str, Any]:
+    """The same figures for a :class:`PagedStage` (streams of different lengths)."""
+    from fleetgui.export.manifest import read_manifest
+    from fleetgui.runtime.ov_stage import StageConfig
+    from fleetgui.runtime.paged_stage import PagedStage
+    from fleetgui.runtime.stage import ForwardRequest
+
+    manifest = read_manifest(export)
+    files = [export / part for part in manifest.stages[0].model_files]
+    stage = PagedStage(0, manifest.shard(0), files, StageConfig(threads=1, precision="f32-dq"))
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {}
+    streams = 0
+    for rows in batches:
+        ids = list(range(streams, streams + rows))
+        streams += rows
+        for i, stream in enumerate(ids):
+            prompt = rng.integers(100, 40000, size=(1, history + 7 * i), dtype=np.int64)
+            stage.forward_blocking(ForwardRequest(stream, prompt))
+        times = []
+        for _ in range(steps):
+            step = [ForwardRequest(s, rng.integers(100, 40000, size=(1, 1))) for s in ids]
+            started = time.perf_counter()
+            stage.forward_batch_blocking(step)
+            times.append((time.perf_counter() - started) * 1000)
+        out[str(rows)] = statistics.median(times[2:])
+        log.info("paged B=%d: %.2f ms a pass", rows, out[str(rows)])
+    for n in (64, 256):
+        times = []
+        for _ in range(3):
+            stage.forward_blocking(ForwardRequest(streams, rng.integers(100, 40000, (1, history))))
+            started = time.perf_counter()
+            stage.forward_blocking(ForwardRequest(streams, rng.integers(100, 40000, (1, n))))
+            times.append((time.perf_counter() - started) * 1000)
+            streams += 1
+        out[f"prefill {n}"] = statistics.median(times)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=int, default=512, help="cached tokens per row")
@@ -86,15 +131,24 @@ def main() -> None:
     parser.add_argument("--batches", default="1,2,4,8,16")
     args = demo_run_args(parser)
     batches = [int(b) for b in args.batches.split(",")]
-    out = curve(compiled_stage(args.export), args.history, args.steps, batches)
-    one = out["1"]
-    rows = [
-        (f"decode pass, B={b} (x B=1)", f"{out[str(b)]:.2f} ms ({out[str(b)] / one:.2f}x)")
-        for b in batches
-    ]
-    rows += [
-        (f"prefill pass of {n} tokens, one row", f"{out[f'prefill {n}']:.1f} ms") for n in (64, 256)
-    ]
+    out = {
+        "stateful": curve(compiled_stage(args.export), args.history, args.steps, batches),
+        "paged": paged_curve(args.export, args.history, args.steps, batches),
+    }
+    rows = []
+    for name, run in out.items():
+        one = run["1"]
+        rows += [
+            (
+                f"{name}: decode pass, B={b} (x B=1)",
+                f"{run[str(b)]:.2f} ms ({run[str(b)] / one:.2f}x)",
+            )
+            for b in batches
+        ]
+        rows += [
+            (f"{name}: prefill pass of {n} tokens, one stream", f"{run[f'prefill {n}']:.1f} ms")
+            for n in (64, 256)
+        ]
     out["history"] = args.history
     print_figures(
         f"Stage 0 of SmolLM2 int8, 1 thread, {args.history} cached tokens a row", rows, out

@@ -24,6 +24,7 @@ from fleetgui.generation_config import GenerationConfig
 from fleetgui.runtime.metrics import (
     AggregateThroughput,
     MetricEvent,
+    PassBatched,
     SpeculationRound,
     StageTiming,
     TokensEmitted,
@@ -83,7 +84,7 @@ class MetricsTap:
     streams: dict[int, _Decode] = field(default_factory=dict)
 
     def __call__(self, event: MetricEvent) -> None:
-        if isinstance(event, AggregateThroughput):
+        if isinstance(event, AggregateThroughput | PassBatched):
             return
         sums = self.streams.setdefault(event.stream_id, _Decode())
         if isinstance(event, TokensEmitted):

@@ -143,6 +143,8 @@ def evaluate(
         if memory > capacity_bytes(device, config):
             over.append(device.name)
         weights = memory - n * model.layer_kv_bytes - config.runtime_bytes
+        stream_kv = n * model.kv_bytes_per_token_per_layer * model.context_length
+        room = capacity_bytes(device, config) - (memory - n * model.layer_kv_bytes)
         bottleneck = max(bottleneck, compute, link_busy_ms(device, model, first))
         stages.append(
             StageAssignment(
@@ -153,6 +155,8 @@ def evaluate(
                 hop_in_ms=hop_in,
                 hop_out_ms=hop_out,
                 load_s=weights / device.disk_read_bytes_per_s,
+                stream_kv_bytes=stream_kv,
+                max_streams=max(0, room // stream_kv) if stream_kv else 0,
             )
         )
         start += n

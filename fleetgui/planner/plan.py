@@ -44,6 +44,10 @@ class StageAssignment:
     hop_in_ms: float  # hop delivering the activations to it (0 for the coordinator)
     hop_out_ms: float  # return hop to the coordinator if it is the last device, else 0
     load_s: float  # predicted time to read its weights from disk
+    # continuous batching: one stream's KV at the plan's context on these layers, and the most
+    # streams whose KV the device holds beside the weights (0: not computed)
+    stream_kv_bytes: int = 0
+    max_streams: int = 0
 
     @property
     def predicted_ms(self) -> float:
@@ -118,6 +122,26 @@ class Plan:
     def shard_of(self, device: str) -> Shard | None:
         return next((s.shard for s in self.stages if s.device == device), None)
 
+    @property
+    def max_streams(self) -> int:
+        """The most streams every stage can hold the KV of at the plan's context: how many
+        users one pass may carry (0: not computed)."""
+        return min((s.max_streams for s in self.stages), default=0)
+
+    def batch_lines(self, indent: str = "  ") -> list[str]:
+        """What several streams in one pass cost each stage, and how many it holds."""
+        if not any(s.stream_kv_bytes for s in self.stages):
+            return []
+        lines = [f"Streams in one pass (KV at {self.context_length:,} tokens each):"]
+        for s in self.stages:
+            lines.append(
+                f"{indent}{s.device}: {s.stream_kv_bytes / GB:.3f} GB a stream, "
+                f"{self.streams * s.stream_kv_bytes / GB:.2f} GB for {self.streams}; "
+                f"holds up to {s.max_streams}"
+            )
+        lines.append(f"{indent}largest batch: {self.max_streams} stream(s)")
+        return lines
+
     def same_layout(self, other: Plan) -> bool:
         """True when both plans put the same layers on the same devices in the same order."""
         return [(s.device, s.shard) for s in self.stages] == [
@@ -134,12 +158,15 @@ class Plan:
                     "end_layer": s.shard.end_layer,
                     "memory_bytes": s.memory_bytes,
                     "predicted_ms": round(s.predicted_ms, 4),
+                    "stream_kv_bytes": s.stream_kv_bytes,
+                    "max_streams": s.max_streams,
                 }
                 for s in self.stages
             ],
             "left_out": [{"name": x.device, "reason": x.reason} for x in self.left_out],
             "predicted_ms_per_token": round(self.predicted_ms_per_token, 4),
             "predicted_tokens_per_s": round(self.predicted_tokens_per_s, 4),
+            "max_streams": self.max_streams,
         }
 
     def stage_lines(self, indent: str = "  ") -> list[str]:
@@ -171,7 +198,7 @@ class Plan:
         )
         if self.overcommitted:
             lines.append(f"Does not fit in memory on: {', '.join(self.overcommitted)}")
-        return lines + left_out_lines(self.left_out)
+        return lines + self.batch_lines() + left_out_lines(self.left_out)
 
     def __str__(self) -> str:
         return "\n".join(self.table_lines())

@@ -57,6 +57,16 @@ class RequestFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class PassBatched:
+    """One pass of the pass scheduler: how many streams it carried, its tokens and how many
+    of them were prompt tokens."""
+
+    streams: int
+    tokens: int
+    prefill_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class AggregateThroughput:
     tokens_per_s: float
     active_streams: int
@@ -69,6 +79,7 @@ MetricEvent = (
     | TransferTiming
     | RequestFinished
     | AggregateThroughput
+    | PassBatched
 )
 Subscriber = Callable[[MetricEvent], None]
 

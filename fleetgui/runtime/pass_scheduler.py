@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
+from fleetgui.runtime.metrics import MetricsBus, PassBatched
 from fleetgui.runtime.pass_costs import PassCosts
 from fleetgui.runtime.route import DecodeRun, Route
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
@@ -63,14 +64,19 @@ class PassFormed:
 class PassScheduler(Route):
     """Runs streams' requests on ``route`` as batched passes (see module doc)."""
 
-    def __init__(self, route: Route, *, costs: PassCosts | None = None) -> None:
+    def __init__(
+        self, route: Route, *, costs: PassCosts | None = None, metrics: MetricsBus | None = None
+    ) -> None:
+        """``metrics``: told of each pass (:class:`~fleetgui.runtime.metrics.PassBatched`)."""
         self.route = route
+        self.metrics = metrics
         self.costs = costs or PassCosts()
         self._pending: deque[_Waiting] = deque()
         self._in_flight: dict[int, int] = {}  # stream -> its requests in passes under way
         self._passes = 0  # passes under way
         self._returning: dict[int, float] = {}  # came back: stream -> deadline to re-join
         self._solo: dict[int, DecodeRun] = {}  # lone decode runs handed to the route whole
+        self._handed_over: set[int] = set()  # solo runs this stopped to go on batched
         self._wake: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.formed: deque[PassFormed] = deque(maxlen=256)
@@ -119,6 +125,9 @@ class PassScheduler(Route):
                                     break
                     finally:
                         self._solo.pop(run.stream_id, None)
+                    if run.stream_id not in self._handed_over:
+                        return  # the route ended the run (closing): so does this one
+                    self._handed_over.discard(run.stream_id)
                     continue
                 result = await self.run(run.request(token))
                 token = run.after(result)
@@ -136,7 +145,8 @@ class PassScheduler(Route):
 
     def _stop_solo_runs(self, besides: int) -> None:
         for stream_id, whole in self._solo.items():
-            if stream_id != besides:
+            if stream_id != besides and stream_id not in self._handed_over:
+                self._handed_over.add(stream_id)
                 whole.stop()  # it ends after its step under way and goes on batched
 
     # -- forming passes -----------------------------------------------------------------------
@@ -206,6 +216,8 @@ class PassScheduler(Route):
         tokens = sum(request.n_positions for request in requests)
         prefill = sum(r.n_positions for (w, r) in batch if not w.is_step)
         self.formed.append(PassFormed(tuple(r.stream_id for r in requests), tokens, prefill))
+        if self.metrics is not None:
+            self.metrics.emit(PassBatched(len(requests), tokens, prefill))
         started = time.perf_counter()
         try:
             results = await self.route.run_batch(requests)
@@ -223,20 +235,28 @@ class PassScheduler(Route):
         round_trip_ms = (time.perf_counter() - started) * 1000
         if results:
             self.costs.record(tokens, results[0].compute_ms, round_trip_ms)
+        self._deliver(batch, results, round_trip_ms / 1000)
+        self._form()
+
+    def _deliver(
+        self,
+        batch: list[tuple[_Waiting, ForwardRequest]],
+        results: list[ForwardResult],
+        took_s: float,
+    ) -> None:
+        """Hand each stream its result (a prompt chunk's first part: queue the rest first)."""
         low, high = GATHER_S
-        gather = min(max(0.5 * (time.perf_counter() - started), low), high)
-        deadline = asyncio.get_running_loop().time() + gather
+        deadline = asyncio.get_running_loop().time() + min(max(0.5 * took_s, low), high)
         for (waiting, part), result in zip(batch, results, strict=False):
             for stage, ms in result.compute_ms.items():
                 waiting.done_ms[stage] = waiting.done_ms.get(stage, 0.0) + ms
-            if part is not waiting.request:  # a prompt chunk's first part: the rest waits
+            if part is not waiting.request:
                 self._pending.appendleft(waiting)
                 continue
             result.compute_ms = waiting.done_ms
             if not waiting.future.done():
                 waiting.future.set_result(result)
                 self._returning[part.stream_id] = deadline
-        self._form()
 
     # -- the rest goes to the route -----------------------------------------------------------
 

@@ -98,12 +98,12 @@ class Pipeline:
         streams in one pass a stage (:mod:`fleetgui.runtime.pass_scheduler`)."""
         self.route = route
         # streams' requests go down the route in batched passes, or each on its own
-        self.passes: Route = PassScheduler(route) if batching else route
+        self.metrics = metrics or MetricsBus()
+        self.passes: Route = PassScheduler(route, metrics=self.metrics) if batching else route
         self.tokenizer = tokenizer
         self.context_limit = context_limit
         self.draft = draft
         self.prefill_chunk = prefill_chunk
-        self.metrics = metrics or MetricsBus()
         self.compaction = compaction or CompactionPolicy()
         self.new_auto_k = new_auto_k
         # the K chooser of the last K-auto stream to finish, per maker: the next one starts there
@@ -176,7 +176,7 @@ class Pipeline:
         return twin
 
     async def close(self) -> None:
-        await self.route.close()
+        await self.passes.close()  # the route too (the scheduler's, or the route itself)
         if self.draft is not None:
             await self.draft.close()
 

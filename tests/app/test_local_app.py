@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -471,8 +472,14 @@ def test_the_context_panel_sets_what_is_planned_and_deployed_and_is_kept(
     panel.kv_budget.setValue(1)
     panel.context.editingFinished.emit()
     deploy(qtbot, core, window, tiny_exports_2s_draft["2s"])
-    assert "Context: 96 tokens a stream" in window.deploy_view.layout_info.text()
+    text = window.deploy_view.layout_info.text()
+    assert "Context: 96 tokens a stream" in text
     assert "per 1,000 tokens" in window.deploy_view.layout_info.text()
+    # continuous batching: how many users' KV each PC holds at this context, and so share a pass
+    shown = re.search(r"up to \(([^)]*)\) streams at this context, so up to (\d+) share", text)
+    assert shown is not None, text
+    per_pc = [int(n.rsplit(" ", 1)[1]) for n in shown.group(1).split(", ")]
+    assert min(per_pc) == int(shown.group(2)) > 0
     pipeline: Any = core.inference.pipeline
     assert pipeline.context_limit == 96
     one_mb = pipeline.resident.budget_entries

@@ -47,15 +47,30 @@ def run_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
 
 
 def check_document(doc: dict[str, Any], n_layers: int) -> None:
-    assert set(doc) == {"devices", "left_out", "predicted_ms_per_token", "predicted_tokens_per_s"}
+    assert set(doc) == {
+        "devices",
+        "left_out",
+        "predicted_ms_per_token",
+        "predicted_tokens_per_s",
+        "max_streams",
+    }
     assert doc["devices"][0]["name"] == "desk" and doc["devices"][0]["start_layer"] == 0
     start = 0
     for entry in doc["devices"]:
-        assert set(entry) == {"name", "start_layer", "end_layer", "memory_bytes", "predicted_ms"}
+        assert set(entry) == {
+            "name",
+            "start_layer",
+            "end_layer",
+            "memory_bytes",
+            "predicted_ms",
+            "stream_kv_bytes",
+            "max_streams",
+        }
         assert entry["start_layer"] == start < entry["end_layer"]
         assert entry["memory_bytes"] > 0 and entry["predicted_ms"] > 0
         start = entry["end_layer"]
     assert start == n_layers
+    assert doc["max_streams"] == min(e["max_streams"] for e in doc["devices"])
     assert sum(e["predicted_ms"] for e in doc["devices"]) == pytest.approx(
         doc["predicted_ms_per_token"], abs=1e-3
     )
@@ -111,6 +126,33 @@ def test_table_output(
     assert code == 0
     assert "desk" in out and "0:1" in out and "laptop" in out and "1:8" in out
     assert "Left out:" in out and "old-pc" in out and "tokens/s" in out
+
+
+def test_the_plan_says_what_each_stream_costs_and_how_many_each_pc_holds(
+    tiny_models: Callable[..., Path], home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Continuous batching: a stage's KV for B streams, and the largest B each PC holds beside
+    its weights (the desk has 1 GB above its 2 GB headroom, the laptop 14 GB)."""
+    model = tiny_models("llama", n_layers=8)
+    devices = write_devices(home, DEVICES)
+    code, out, err = run_plan(capsys, str(model), "--devices", str(devices), "--json",
+                              "--objective", "throughput", "--streams", "3")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    for entry, device in zip(doc["devices"], DEVICES, strict=False):
+        layers = entry["end_layer"] - entry["start_layer"]
+        assert entry["stream_kv_bytes"] > 0 and entry["stream_kv_bytes"] % layers == 0
+        # the memory of 3 streams planned, and the most that fit in what is left of the PC
+        kv_3 = 3 * entry["stream_kv_bytes"]
+        rest = entry["memory_bytes"] - kv_3
+        capacity = device["memory_bytes"] - 2_000_000_000
+        most = entry["max_streams"]
+        assert rest + most * entry["stream_kv_bytes"] <= capacity
+        assert rest + (most + 1) * entry["stream_kv_bytes"] > capacity
+    code, out, _ = run_plan(capsys, str(model), "--devices", str(devices),
+                            "--objective", "throughput", "--streams", "3")  # fmt: skip
+    assert "Streams in one pass" in out and "for 3; holds up to" in out
+    assert f"largest batch: {doc['max_streams']} stream(s)" in out
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from fleetgui.net.decode_codec import (
 from fleetgui.net.keys import KeyPair
 from fleetgui.net.protocol import Message, Op, ProtocolError, decode
 from fleetgui.runtime.generation import GenerationResult
+from fleetgui.runtime.pass_scheduler import PassScheduler
 from fleetgui.runtime.stage import GreedyHead, SampleHead
 
 PROMPT = "The old lighthouse keeper said"
@@ -167,7 +168,7 @@ def test_a_stop_string_ends_the_run_and_frees_the_stream_on_the_worker(
 
 
 @pytest.mark.slow
-def test_two_streams_on_one_copy_interleave_with_exact_texts(
+def test_two_streams_on_one_copy_share_its_passes_with_exact_texts(
     tiny_export: Callable[..., Path], worker: WorkerProcess, identity: KeyPair
 ) -> None:
     prompts = [PROMPT, "Once upon a time, in a small village"]
@@ -179,10 +180,15 @@ def test_two_streams_on_one_copy_interleave_with_exact_texts(
         finally:
             await local.close()
 
-    async def together(copy: ReplicatedPipeline) -> list[list[int]]:
+    async def together(copy: ReplicatedPipeline) -> tuple[list[list[int]], int]:
         results = await asyncio.gather(*(copy.complete(p, GREEDY) for p in prompts))
-        return [r.token_ids for r in results]
+        scheduler = copy.replicas[0].pipeline.passes
+        assert isinstance(scheduler, PassScheduler)
+        return [r.token_ids for r in results], max(len(f.streams) for f in scheduler.formed)
 
-    got, segments = asyncio.run(_on_one_copy(tiny_export(2), worker, identity, True, together))
-    assert segments >= 2
+    outcome, _ = asyncio.run(_on_one_copy(tiny_export(2), worker, identity, True, together))
+    got, widest = outcome  # type: ignore[misc]
+    # both streams' steps share the copy's passes (one FORWARD_BATCH a step for both) rather
+    # than each chaining its own steps on the worker
+    assert widest == 2
     assert got == asyncio.run(reference())

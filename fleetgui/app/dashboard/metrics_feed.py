@@ -1,8 +1,9 @@
 """``MetricsFeed``: turns the runtime's metric events into the dashboard's time series.
 
 Per-stage compute ms, tokens/s of all streams and of each chat, TTFT per request, per-hop round
-trip, acceptance rate and chosen K. Events are recorded even while the feed is paused;
-``updated`` is only held back, so resuming shows everything that happened meanwhile.
+trip, acceptance rate and chosen K, and how many streams each pass carried. Events are recorded
+even while the feed is paused; ``updated`` is only held back, so resuming shows everything that
+happened meanwhile.
 
 Tokens/s are measured here, over wall time (:mod:`fleetgui.app.dashboard.rates`), for each
 stream and for all of them, from ``TokensEmitted``: neither a step's own duration nor the runtime's
@@ -23,6 +24,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from fleetgui.app.dashboard.metrics_series import (
     ACCEPTANCE,
+    BATCH,
     CHOSEN_K,
     HOP_MS,
     STAGE_MS,
@@ -36,6 +38,7 @@ from fleetgui.app.dashboard.stream_labels import StreamLabels
 from fleetgui.fsutil import atomic_write_text
 from fleetgui.runtime.metrics import (
     MetricEvent,
+    PassBatched,
     RequestFinished,
     SpeculationRound,
     StageTiming,
@@ -172,6 +175,8 @@ class MetricsFeed(QObject):
                 self._finished(stream, ttft, t)
             case TransferTiming(hop=hop, ms=ms):
                 store.add(HOP_MS, f"hop {hop}", t, ms)
+            case PassBatched(streams=streams):
+                store.add(BATCH, "streams a pass", t, float(streams))
             case SpeculationRound(stream_id=stream, k=k, accepted=accepted) if k > 0:
                 old = self._acceptance.get(stream)
                 rate = accepted / k if old is None else old + SMOOTHING * (accepted / k - old)

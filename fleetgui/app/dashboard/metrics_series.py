@@ -40,7 +40,8 @@ TTFT = ChartSpec("ttft_ms", "Time to first token, per request", "ms")
 HOP_MS = ChartSpec("hop_ms", "Ring transfer per pass (all hops)", "ms")
 ACCEPTANCE = ChartSpec("acceptance", "Draft acceptance rate", "fraction")
 CHOSEN_K = ChartSpec("k", "Chosen K", "tokens")
-CHARTS = (STAGE_MS, TOKENS_PER_S, TTFT, HOP_MS, ACCEPTANCE, CHOSEN_K)
+BATCH = ChartSpec("batch", "Streams in each pass (continuous batching)", "streams")
+CHARTS = (STAGE_MS, TOKENS_PER_S, TTFT, HOP_MS, ACCEPTANCE, CHOSEN_K, BATCH)
 
 
 class Series:

@@ -110,11 +110,14 @@ def context_text(request: PreviewRequest, plan: Plan) -> str:
     profile = _profile(request, plan.streams)
     per_token = profile.kv_bytes_per_token_per_layer * profile.n_layers
     whole = per_token * plan.context_length * plan.streams
+    most = ", ".join(f"{s.device} {s.max_streams}" for s in plan.stages)
     return (
         f"Context: {plan.context_length:,} tokens a stream. Its KV cache takes "
         f"{whole / 1e9:.2f} GB across the PCs for {plan.streams} stream(s), "
         f"{_megabytes(per_token * 1000)} per 1,000 tokens; conversations kept between turns "
-        "take the same per token, up to each PC's budget."
+        "take the same per token, up to each PC's budget. Users in one pass: each PC holds "
+        f"the KV of up to ({most}) streams at this context, so up to {plan.max_streams} share "
+        "a pass."
     )
 
 

@@ -28,6 +28,7 @@ from app_support import TIMEOUT_MS, QtBot, make_window
 from fleetgui.app.dashboard.metrics_feed import AGGREGATE, MetricsFeed
 from fleetgui.app.dashboard.metrics_series import (
     ACCEPTANCE,
+    BATCH,
     CHOSEN_K,
     STAGE_MS,
     TOKENS_PER_S,
@@ -38,11 +39,21 @@ from fleetgui.app.dashboard.rates import RateMeter
 from fleetgui.app.dashboard.stream_labels import StreamLabels
 from fleetgui.app.views.dashboard_view import DashboardView
 from fleetgui.generation_config import GenerationConfig
-from fleetgui.runtime.metrics import RequestFinished, TokensEmitted
+from fleetgui.runtime.metrics import PassBatched, RequestFinished, TokensEmitted
 
 
 def finished(stream: int) -> RequestFinished:
     return RequestFinished(stream, 5, 10, 50.0, 0.0, None, "eos")
+
+
+def test_the_streams_each_pass_carried_are_charted(qapp: Any) -> None:
+    clock = FakeClock()
+    feed = MetricsFeed(clock=clock)
+    for streams in (1, 4, 8):
+        clock.now += 0.01
+        feed.record(PassBatched(streams, tokens=streams + 20, prefill_tokens=20))
+    (series,) = feed.store.series(BATCH)
+    assert [y for y in series.y if not math.isnan(y)] == [1.0, 4.0, 8.0]
 
 
 # -- tokens/s -----------------------------------------------------------------------------------
