@@ -8,6 +8,11 @@ scheduler ran (:class:`PassCosts`), beside what a pass's round trip takes on top
 a prompt chunk of ``p`` tokens joins a pass of ``d`` decode tokens with ``p * sum(per-token
 ms) <= (factor - 1) * round trip(d)``: that user's tokens come at most ``factor`` times slower
 while another's prompt is prefilled.
+
+A prompt token costs more the deeper the prompt already is (its attention reads all of it), and
+the lines are fitted mostly to decode passes, so once passes that carried prompt tokens come
+back the room follows what they measured instead: the round trip they added over recent
+decode-only passes, per prompt token, at the depth the prompt has now.
 """
 
 from __future__ import annotations
@@ -47,16 +52,36 @@ class PassCosts:
         self.slowdown = slowdown
         self._samples: dict[int, collections.deque[tuple[int, float]]] = {}
         self._overhead: collections.deque[float] = collections.deque(maxlen=_WINDOW)
+        self._per_prompt_token_ms: float | None = None  # measured in passes beside them
 
-    def record(self, tokens: int, stage_ms: dict[int, float], round_trip_ms: float) -> None:
-        """A pass of ``tokens`` tokens took ``stage_ms[stage]`` on each stage and
-        ``round_trip_ms`` from sent to back."""
+    def record(
+        self,
+        tokens: int,
+        stage_ms: dict[int, float],
+        round_trip_ms: float,
+        prefill_tokens: int = 0,
+    ) -> None:
+        """A pass of ``tokens`` tokens (``prefill_tokens`` of them a prompt's) took
+        ``stage_ms[stage]`` on each stage and ``round_trip_ms`` from sent to back."""
+        if 0 < prefill_tokens < tokens:  # beside decode steps: what the prompt tokens added
+            expected = self.round_trip_ms(tokens - prefill_tokens)
+            if expected is not None:
+                added = max(round_trip_ms - expected, 0.0) / prefill_tokens
+                self._per_prompt_token_ms = _smoothed(self._per_prompt_token_ms, added)
         self._overhead.append(max(0.0, round_trip_ms - sum(stage_ms.values())))
         for stage, ms in stage_ms.items():
             if math.isfinite(ms) and ms >= 0:
                 self._samples.setdefault(stage, collections.deque(maxlen=_WINDOW)).append(
                     (tokens, ms)
                 )
+
+    def round_trip_ms(self, decode_tokens: int) -> float | None:
+        """The round trip the lines predict for a pass of ``decode_tokens`` (None: unknown)."""
+        lines = self.lines()
+        if not lines:
+            return None
+        overhead = float(np.median(self._overhead)) if self._overhead else 0.0
+        return sum(line.ms(decode_tokens) for line in lines.values()) + overhead
 
     def lines(self) -> dict[int, StageLine]:
         """Each stage's fitted line, once its passes had two sizes at least."""
@@ -72,11 +97,15 @@ class PassCosts:
 
     def prefill_room(self, decode_tokens: int) -> int:
         """Prompt tokens a pass of ``decode_tokens`` decode tokens may add (see module doc)."""
-        lines = self.lines()
-        if not lines:
+        round_trip = self.round_trip_ms(decode_tokens)
+        if round_trip is None:
             return DEFAULT_PREFILL_ROOM
-        overhead = float(np.median(self._overhead)) if self._overhead else 0.0
-        round_trip = sum(line.ms(decode_tokens) for line in lines.values()) + overhead
-        per_token = sum(line.per_token_ms for line in lines.values())
-        room = (self.slowdown - 1.0) * round_trip / per_token
+        per_token = self._per_prompt_token_ms
+        if per_token is None:
+            per_token = sum(line.per_token_ms for line in self.lines().values())
+        room = (self.slowdown - 1.0) * round_trip / max(per_token, 1e-3)
         return int(min(max(room + 1e-6, MIN_PREFILL_ROOM), MAX_PREFILL_ROOM))  # fit rounding
+
+
+def _smoothed(old: float | None, new: float, weight: float = 0.3) -> float:
+    return new if old is None else old + weight * (new - old)

@@ -125,6 +125,8 @@ class PassScheduler(Route):
                                     break
                     finally:
                         self._solo.pop(run.stream_id, None)
+                        with contextlib.suppress(RuntimeError):  # no loop: nobody waits
+                            self._form()  # a prompt may have waited to join its next step
                     if run.stream_id not in self._handed_over:
                         return  # the route ended the run (closing): so does this one
                     self._handed_over.discard(run.stream_id)
@@ -168,6 +170,8 @@ class PassScheduler(Route):
             if not batch:
                 return
             self._passes += 1
+            for _, part in batch:  # in flight from now: no stream may think itself alone
+                self._in_flight[part.stream_id] = self._in_flight.get(part.stream_id, 0) + 1
             task = asyncio.ensure_future(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -177,7 +181,7 @@ class PassScheduler(Route):
         prompt tokens as the cost lines allow beside them."""
         active = {w.request.stream_id for w in self._pending} | set(self._in_flight)
         share = max(1, math.ceil(len(active) / depth))
-        busy = set(self._in_flight)
+        busy = set(self._in_flight) | set(self._solo)  # a lone run's next step comes here
         ready = [w for w in self._pending if w.request.stream_id not in busy]
         steps = [w for w in ready if w.is_step][:share]
         chunks = [w for w in ready if not w.is_step]
@@ -211,8 +215,6 @@ class PassScheduler(Route):
 
     async def _send(self, batch: list[tuple[_Waiting, ForwardRequest]]) -> None:
         requests = [part for _, part in batch]
-        for request in requests:
-            self._in_flight[request.stream_id] = self._in_flight.get(request.stream_id, 0) + 1
         tokens = sum(request.n_positions for request in requests)
         prefill = sum(r.n_positions for (w, r) in batch if not w.is_step)
         self.formed.append(PassFormed(tuple(r.stream_id for r in requests), tokens, prefill))
@@ -234,7 +236,7 @@ class PassScheduler(Route):
                     self._in_flight[request.stream_id] = left
         round_trip_ms = (time.perf_counter() - started) * 1000
         if results:
-            self.costs.record(tokens, results[0].compute_ms, round_trip_ms)
+            self.costs.record(tokens, results[0].compute_ms, round_trip_ms, prefill)
         self._deliver(batch, results, round_trip_ms / 1000)
         self._form()
 
