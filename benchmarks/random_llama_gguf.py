@@ -59,17 +59,17 @@ def write(out: Path, source: Path, seed: int = 0) -> Path:
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("smollm")
     writer.add_token_list(tokens)
-    writer.add_token_types([int(t) for t in _array(fields["tokenizer.ggml.token_type"])])
+    writer.add_token_types([int(t[0]) for t in _array(fields["tokenizer.ggml.token_type"])])
     merges = [bytes(m).decode("utf-8") for m in _array(fields["tokenizer.ggml.merges"])]
     writer.add_token_merges(merges)
     for key, add in (
         ("tokenizer.ggml.bos_token_id", writer.add_bos_token_id),
         ("tokenizer.ggml.eos_token_id", writer.add_eos_token_id),
     ):
-        add(int(_array(fields[key])[0]))
+        add(int(_array(fields[key])[0][0]))
     template = fields.get("tokenizer.chat_template")
     if template is not None:
-        writer.add_chat_template(bytes(_array(template)).decode("utf-8"))
+        writer.add_chat_template(bytes(_array(template)[0]).decode("utf-8"))
     rng = np.random.default_rng(seed)
 
     def matrix(name: str, rows: int, cols: int) -> None:

@@ -53,6 +53,7 @@ class PassCosts:
         self._samples: dict[int, collections.deque[tuple[int, float]]] = {}
         self._overhead: collections.deque[float] = collections.deque(maxlen=_WINDOW)
         self._per_prompt_token_ms: float | None = None  # measured in passes beside them
+        self._decode_round_trip: dict[int, float] = {}  # recent passes of d decode tokens
 
     def record(
         self,
@@ -63,6 +64,8 @@ class PassCosts:
     ) -> None:
         """A pass of ``tokens`` tokens (``prefill_tokens`` of them a prompt's) took
         ``stage_ms[stage]`` on each stage and ``round_trip_ms`` from sent to back."""
+        if prefill_tokens == 0:
+            self.record_decode(tokens, round_trip_ms)
         if 0 < prefill_tokens < tokens:  # beside decode steps: what the prompt tokens added
             expected = self.round_trip_ms(tokens - prefill_tokens)
             if expected is not None:
@@ -75,8 +78,18 @@ class PassCosts:
                     (tokens, ms)
                 )
 
+    def record_decode(self, decode_tokens: int, round_trip_ms: float) -> None:
+        """A pass (or a lone stream's step) of ``decode_tokens`` decode tokens came back after
+        ``round_trip_ms``: what a running user waits for each token without prompts beside."""
+        old = self._decode_round_trip.get(decode_tokens)
+        self._decode_round_trip[decode_tokens] = _smoothed(old, round_trip_ms)
+
     def round_trip_ms(self, decode_tokens: int) -> float | None:
-        """The round trip the lines predict for a pass of ``decode_tokens`` (None: unknown)."""
+        """The round trip of a pass of ``decode_tokens`` decode tokens: as such passes took
+        lately, else as the lines predict (None: unknown)."""
+        measured = self._decode_round_trip.get(decode_tokens)
+        if measured is not None:
+            return measured
         lines = self.lines()
         if not lines:
             return None

@@ -118,9 +118,13 @@ class PassScheduler(Route):
                     self._solo[run.stream_id] = whole
                     try:
                         async with contextlib.aclosing(self.route.decode(whole)) as results:
+                            since = time.perf_counter()
                             async for result in results:
+                                now = time.perf_counter()  # a lone step's round trip
+                                self.costs.record_decode(1, (now - since) * 1000)
                                 token = run.after(result)
                                 yield result
+                                since = time.perf_counter()
                                 if token is None:
                                     break
                     finally:
