@@ -239,6 +239,13 @@ class PassScheduler(Route):
                 if left:
                     self._in_flight[request.stream_id] = left
         round_trip_ms = (time.perf_counter() - started) * 1000
+        log.debug(
+            "pass: %d stream(s), %d tokens (%d a prompt's), %.1f ms",
+            len(requests),
+            tokens,
+            prefill,
+            round_trip_ms,
+        )
         if results:
             self.costs.record(tokens, results[0].compute_ms, round_trip_ms, prefill)
         self._deliver(batch, results, round_trip_ms / 1000)

@@ -98,10 +98,27 @@ def test_the_preview_says_who_runs_what(plan: Plan) -> None:
 
 
 def test_json_document_has_exactly_the_contract_keys(plan: Plan) -> None:
+    """The keys of the plan contract, with what continuous batching added (issue 40: one
+    stream's KV on each device and the most streams each, and so the plan, holds)."""
     doc = plan.to_json_dict()
-    assert set(doc) == {"devices", "left_out", "predicted_ms_per_token", "predicted_tokens_per_s"}
+    assert set(doc) == {
+        "devices",
+        "left_out",
+        "predicted_ms_per_token",
+        "predicted_tokens_per_s",
+        "max_streams",
+    }
     assert all(
-        set(d) == {"name", "start_layer", "end_layer", "memory_bytes", "predicted_ms"}
+        set(d)
+        == {
+            "name",
+            "start_layer",
+            "end_layer",
+            "memory_bytes",
+            "predicted_ms",
+            "stream_kv_bytes",
+            "max_streams",
+        }
         for d in doc["devices"]
     )
     assert all(set(x) == {"name", "reason"} for x in doc["left_out"])
