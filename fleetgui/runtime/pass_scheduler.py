@@ -167,7 +167,8 @@ class PassScheduler(Route):
         self._returning = {s: t for s, t in self._returning.items() if t > now}
         depth = max(1, self.route.n_stages)
         while self._pending and self._passes < depth:
-            if self._returning:  # the rest of the last pass back is still on its way
+            if self._returning and not self._share_ready(depth):
+                # the rest of the last pass back is still on its way: it joins this one
                 self._wake = loop.call_at(min(self._returning.values()), self._form)
                 return
             batch = self._take(depth)
@@ -179,6 +180,14 @@ class PassScheduler(Route):
             task = asyncio.ensure_future(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _share_ready(self, depth: int) -> bool:
+        """Whether a pass's share of the active streams already waits (then waiting for the
+        streams still coming back would only put them in this pass instead of the next)."""
+        pending = {w.request.stream_id for w in self._pending}
+        active = pending | set(self._in_flight) | set(self._returning)
+        ready = pending - set(self._in_flight) - set(self._solo)
+        return len(ready) >= math.ceil(len(active) / depth)
 
     def _take(self, depth: int) -> list[tuple[_Waiting, ForwardRequest]]:
         """The next pass: steps first, up to this pass's share of the active streams, then
