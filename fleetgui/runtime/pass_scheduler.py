@@ -85,6 +85,10 @@ class PassScheduler(Route):
     def n_stages(self) -> int:
         return self.route.n_stages
 
+    @property
+    def pipeline_depth(self) -> int:
+        return self.route.pipeline_depth
+
     # -- requests -----------------------------------------------------------------------------
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
@@ -165,7 +169,7 @@ class PassScheduler(Route):
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._returning = {s: t for s, t in self._returning.items() if t > now}
-        depth = max(1, self.route.n_stages)
+        depth = max(1, self.route.pipeline_depth)
         while self._pending and self._passes < depth:
             if self._returning and not self._share_ready(depth):
                 # the rest of the last pass back is still on its way: it joins this one
@@ -182,11 +186,12 @@ class PassScheduler(Route):
             task.add_done_callback(self._tasks.discard)
 
     def _share_ready(self, depth: int) -> bool:
-        """Whether a pass's share of the active streams already waits (then waiting for the
-        streams still coming back would only put them in this pass instead of the next)."""
+        """Whether a pass's share of the active streams' steps already waits (then waiting
+        for the streams still coming back would only put them in this pass, not the next)."""
         pending = {w.request.stream_id for w in self._pending}
+        steps = {w.request.stream_id for w in self._pending if w.is_step}
         active = pending | set(self._in_flight) | set(self._returning)
-        ready = pending - set(self._in_flight) - set(self._solo)
+        ready = steps - set(self._in_flight) - set(self._solo)
         return len(ready) >= math.ceil(len(active) / depth)
 
     def _take(self, depth: int) -> list[tuple[_Waiting, ForwardRequest]]:
@@ -198,7 +203,7 @@ class PassScheduler(Route):
         ready = [w for w in self._pending if w.request.stream_id not in busy]
         steps = [w for w in ready if w.is_step][:share]
         chunks = [w for w in ready if not w.is_step]
-        if not steps and chunks and busy:
+        if not steps and chunks and (busy or self._returning):
             return []  # a prompt chunk joins the running streams' next pass
         batch = [(w, w.request) for w in steps]
         if steps:  # one prompt beside the steps, as many of its tokens as keep them quick

@@ -74,6 +74,12 @@ class Route(ABC):
     @abstractmethod
     def n_stages(self) -> int: ...
 
+    @property
+    def pipeline_depth(self) -> int:
+        """How many passes can compute at once, one on each part of the route that computes on
+        its own (a stage's lane here, a process of the ring)."""
+        return self.n_stages
+
     @abstractmethod
     async def run(self, request: ForwardRequest) -> ForwardResult:
         """Run ``request`` (token ids) through all stages; the last stage's head result."""

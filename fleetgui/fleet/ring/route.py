@@ -143,6 +143,13 @@ class RingRoute(Route):
     def n_stages(self) -> int:
         return self.ring.n_stages or len(self.ring.local) + len(self.ring.members)
 
+    @property
+    def pipeline_depth(self) -> int:
+        """This PC's stages (one at a time each, on its lanes) and each worker (one pass at a
+        time, whatever stages it holds)."""
+        ring = self.ring
+        return len(ring.local) + len(ring.members)
+
     # -- running ------------------------------------------------------------------------------
 
     async def run(self, request: ForwardRequest) -> ForwardResult:
