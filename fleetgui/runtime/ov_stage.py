@@ -29,6 +29,7 @@ from fleetgui.runtime.stage import (
     ForwardResult,
     LogitsHead,
     StageError,
+    check_request,
     run_holding,
 )
 from fleetgui.shard import Shard
@@ -233,34 +234,11 @@ class LocalStage(BlockingStage):
 
     def check(self, request: ForwardRequest) -> None:
         """Raise :class:`StageError` for a request outside this stage's contract, before it
-        changes anything: a peer's FORWARD with a batch of 2 reached OpenVINO, broke the
-        stream's state for every later request and, later, the worker process."""
-        payload = request.payload
-        if "input_ids" in self._inputs[0]:
-            wanted = "token ids [1, n]"
-            fits = payload.ndim == 2 and payload.dtype.kind in "iu"
-        else:
-            wanted = f"hidden states [1, n, {self._hidden or 'hidden'}]"
-            fits = payload.ndim == 3 and payload.dtype.kind == "f"
-            fits = fits and self._hidden in (None, payload.shape[2])
-        if not fits or payload.shape[0] != 1 or payload.shape[1] < 1:
-            raise StageError(
-                f"stage {self.index} takes {wanted}, got {payload.dtype} {tuple(payload.shape)}"
-            )
+        changes anything (:func:`~fleetgui.runtime.stage.check_request`)."""
         slot = self._streams.get(request.stream_id)
         live = slot.mask.live if slot is not None else 0
-        if request.keep is not None:
-            if not 0 <= request.keep <= live:
-                raise StageError(
-                    f"stage {self.index}: cannot keep {request.keep} of stream "
-                    f"{request.stream_id}'s {live} positions"
-                )
-            live = request.keep
-        if not 0 <= request.rewind <= live:
-            raise StageError(
-                f"stage {self.index}: cannot rewind {request.rewind} of stream "
-                f"{request.stream_id}'s {live} positions"
-            )
+        first = "input_ids" in self._inputs[0]
+        check_request(request, index=self.index, first=first, hidden=self._hidden, live=live)
 
     def _begin(self, request: ForwardRequest) -> tuple[_StreamSlot, list[dict[str, Any]]]:
         """Apply the request's rewind and compaction and advance the stream's mask; the stream

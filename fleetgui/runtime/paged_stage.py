@@ -33,6 +33,7 @@ from fleetgui.runtime.stage import (
     ForwardResult,
     LogitsHead,
     StageError,
+    check_request,
     run_holding,
 )
 from fleetgui.shard import Shard
@@ -192,31 +193,10 @@ class PagedStage(BlockingStage):
     def check(self, request: ForwardRequest) -> None:
         """Raise :class:`StageError` for a request outside this stage's contract, before it
         changes anything."""
-        payload = request.payload
-        if self.is_first:
-            wanted = "token ids [1, n]"
-            fits = payload.ndim == 2 and payload.dtype.kind in "iu"
-        else:
-            wanted = f"hidden states [1, n, {self._hidden or 'hidden'}]"
-            fits = payload.ndim == 3 and payload.dtype.kind == "f"
-            fits = fits and self._hidden in (None, payload.shape[2])
-        if not fits or payload.shape[0] != 1 or payload.shape[1] < 1:
-            raise StageError(
-                f"stage {self.index} takes {wanted}, got {payload.dtype} {tuple(payload.shape)}"
-            )
         live = self._blocks.length(request.stream_id)
-        if request.keep is not None:
-            if not 0 <= request.keep <= live:
-                raise StageError(
-                    f"stage {self.index}: cannot keep {request.keep} of stream "
-                    f"{request.stream_id}'s {live} positions"
-                )
-            live = request.keep
-        if not 0 <= request.rewind <= live:
-            raise StageError(
-                f"stage {self.index}: cannot rewind {request.rewind} of stream "
-                f"{request.stream_id}'s {live} positions"
-            )
+        check_request(
+            request, index=self.index, first=self.is_first, hidden=self._hidden, live=live
+        )
 
     async def forward(self, request: ForwardRequest) -> ForwardResult:
         return await run_holding([self], self.forward_blocking, request)

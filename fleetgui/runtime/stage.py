@@ -127,6 +127,40 @@ class StageError(RuntimeError):
     """A stage failed to run a request (the message names the stage and the stream)."""
 
 
+def check_request(
+    request: ForwardRequest, *, index: int, first: bool, hidden: int | None, live: int
+) -> None:
+    """Raise :class:`StageError` for a request outside stage ``index``'s contract (``first``:
+    it takes token ids, else hidden states of width ``hidden``; ``live``: the positions it
+    holds of the stream), before it changes anything: a peer's FORWARD with a batch of 2
+    reached OpenVINO, broke the stream's state for every later request and, later, the
+    worker process."""
+    payload = request.payload
+    if first:
+        wanted = "token ids [1, n]"
+        fits = payload.ndim == 2 and payload.dtype.kind in "iu"
+    else:
+        wanted = f"hidden states [1, n, {hidden or 'hidden'}]"
+        fits = payload.ndim == 3 and payload.dtype.kind == "f"
+        fits = fits and hidden in (None, payload.shape[2])
+    if not fits or payload.shape[0] != 1 or payload.shape[1] < 1:
+        raise StageError(
+            f"stage {index} takes {wanted}, got {payload.dtype} {tuple(payload.shape)}"
+        )
+    if request.keep is not None:
+        if not 0 <= request.keep <= live:
+            raise StageError(
+                f"stage {index}: cannot keep {request.keep} of stream "
+                f"{request.stream_id}'s {live} positions"
+            )
+        live = request.keep
+    if not 0 <= request.rewind <= live:
+        raise StageError(
+            f"stage {index}: cannot rewind {request.rewind} of stream "
+            f"{request.stream_id}'s {live} positions"
+        )
+
+
 class Stage(ABC):
     """One pipeline stage: a layer range with per-stream KV state."""
 
