@@ -53,15 +53,17 @@ def _joined(payloads: Sequence[np.ndarray | None]) -> tuple[list[int], np.ndarra
 def _encode_batch(
     op: Op,
     messages: Sequence[Message],
-    payload_sizes: list[int],
-    payload: np.ndarray | None,
+    payloads: Sequence[np.ndarray | None],
     *,
     request_id: int,
     limits: Limits,
     extra_meta: Mapping[str, Any] | None,
 ) -> list[FrameLike]:
+    """One message of ``op`` carrying ``messages`` (each stream's single message, its payload
+    first when it has one) with ``payloads`` joined in one tensor."""
     if not 0 < len(messages) <= MAX_BATCH:
         raise ValueError(f"a batch carries 1 to {MAX_BATCH} streams, not {len(messages)}")
+    payload_sizes, payload = _joined(payloads)
     entries, tensors = [], [] if payload is None else [payload]
     skip = 0 if payload is None else 1
     for message, n in zip(messages, payload_sizes, strict=True):
@@ -83,12 +85,11 @@ def encode_forward_batch(
 ) -> list[FrameLike]:
     """The frames of a FORWARD_BATCH carrying one pass of ``requests`` (one per stream)."""
     singles = [forward_message(request) for request in requests]
-    sizes, payload = _joined([request.payload for request in requests])
+    payloads = [request.payload for request in requests]
     return _encode_batch(
         Op.FORWARD_BATCH,
         singles,
-        sizes,
-        payload,
+        payloads,
         request_id=request_id,
         limits=limits,
         extra_meta=extra_meta,
@@ -104,12 +105,11 @@ def encode_result_batch(
 ) -> list[FrameLike]:
     """The frames of a RESULT_BATCH carrying ``results``, in their requests' order."""
     singles = [result_message(result) for result in results]
-    sizes, payload = _joined([result.payload for result in results])
+    payloads = [result.payload for result in results]
     return _encode_batch(
         Op.RESULT_BATCH,
         singles,
-        sizes,
-        payload,
+        payloads,
         request_id=request_id,
         limits=limits,
         extra_meta=extra_meta,

@@ -68,19 +68,18 @@ class _Part:
         self.request = compiled.create_infer_request()
         self.dtypes = input_dtypes(compiled)
         self.layouts = cache_layouts(compiled)
-        # each cache as OpenVINO holds it (bf16 has no numpy type) and a view of its bytes
+        # each cache as OpenVINO holds it (bf16 has no numpy type: ``.data`` views its bytes)
         self.tensors: dict[str, ov.Tensor] = {}
-        self.caches: dict[str, np.ndarray] = {}
 
     def grow(self, capacity: int) -> None:
         """Enlarge every cache to ``capacity`` blocks, keeping what the blocks hold."""
         for name, (block, element) in self.layouts.items():
             tensor = ov.Tensor(element, [capacity, *block])
-            grown = tensor.data  # a view of the same memory, of the element's size
-            old = self.caches.get(name)
+            old = self.tensors.get(name)
             if old is not None:
-                grown[: len(old)] = old  # same itemsize: the bytes as they are
-            self.tensors[name], self.caches[name] = tensor, grown
+                held = old.data
+                tensor.data[: len(held)] = held  # same itemsize: the bytes as they are
+            self.tensors[name] = tensor
             self.request.set_tensor(name, tensor)
 
     def copy_blocks(self, copies: Sequence[tuple[int, int]]) -> None:
@@ -88,7 +87,8 @@ class _Part:
             return
         sources = [source for source, _ in copies]
         targets = [target for _, target in copies]
-        for cache in self.caches.values():
+        for tensor in self.tensors.values():
+            cache = tensor.data
             cache[targets] = cache[sources]
 
 

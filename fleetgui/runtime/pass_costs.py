@@ -51,6 +51,7 @@ class PassCosts:
     def __init__(self, slowdown: float = SLOWDOWN) -> None:
         self.slowdown = slowdown
         self._samples: dict[int, collections.deque[tuple[int, float]]] = {}
+        self._fitted: dict[int, StageLine] | None = None  # the lines of these samples, once fitted
         self._overhead: collections.deque[float] = collections.deque(maxlen=_WINDOW)
         self._per_prompt_token_ms: float | None = None  # measured in passes beside them
         self._decode_round_trip: dict[int, float] = {}  # recent passes of d decode tokens
@@ -74,6 +75,7 @@ class PassCosts:
         self._overhead.append(max(0.0, round_trip_ms - sum(stage_ms.values())))
         for stage, ms in stage_ms.items():
             if math.isfinite(ms) and ms >= 0:
+                self._fitted = None
                 self._samples.setdefault(stage, collections.deque(maxlen=_WINDOW)).append(
                     (tokens, ms)
                 )
@@ -98,6 +100,8 @@ class PassCosts:
 
     def lines(self) -> dict[int, StageLine]:
         """Each stage's fitted line, once its passes had two sizes at least."""
+        if self._fitted is not None:
+            return self._fitted
         fitted = {}
         for stage, samples in self._samples.items():
             tokens = np.array([t for t, _ in samples], dtype=np.float64)
@@ -106,6 +110,7 @@ class PassCosts:
                 continue
             slope, intercept = np.polyfit(tokens, ms, 1)
             fitted[stage] = StageLine(max(float(intercept), 0.0), max(float(slope), 1e-6))
+        self._fitted = fitted
         return fitted
 
     def prefill_room(self, decode_tokens: int) -> int:

@@ -206,10 +206,10 @@ class PassScheduler(Route):
         if not steps and chunks and (busy or self._returning):
             return []  # a prompt chunk joins the running streams' next pass
         batch = [(w, w.request) for w in steps]
-        if steps:  # one prompt beside the steps, as many of its tokens as keep them quick
+        if steps and chunks:  # one prompt beside the steps, as many tokens as keep them quick
             room = self.costs.prefill_room(sum(w.request.n_positions for w in steps))
-            batch += [(w, self._part(w, room)) for w in chunks[:1]]
-        else:  # nobody decodes: prompts in the chunks their streams sent
+            batch.append((chunks[0], self._part(chunks[0], room)))
+        elif not steps:  # nobody decodes: prompts in the chunks their streams sent
             batch += [(w, w.request) for w in chunks[:share]]
         for waiting, _ in batch:
             self._pending.remove(waiting)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from wire_support import DIST_A, PARAMS, hidden, tokens, wire
 
-from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.batch_codec import (
     MAX_BATCH,
     encode_forward_batch,
@@ -17,8 +17,7 @@ from fleetgui.net.batch_codec import (
     requests_from_message,
     results_from_message,
 )
-from fleetgui.net.protocol import ErrorCode, FrameLike, Message, Op, ProtocolError, decode, encode
-from fleetgui.runtime.head import SparseDist
+from fleetgui.net.protocol import ErrorCode, Message, Op, ProtocolError, decode, encode
 from fleetgui.runtime.stage import (
     ForwardRequest,
     ForwardResult,
@@ -32,9 +31,6 @@ from fleetgui.runtime.stage import (
 from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.token_mask import TokenMask
 
-RNG = np.random.default_rng(0)
-PARAMS = GenerationConfig(temperature=0.7, top_k=40, top_p=0.9, seed=1234)
-DIST = SparseDist.from_dense([0.1, 0.0, 0.6, 0.3])
 HEADS: dict[str, HeadOp | None] = {  # a head of every kind, and the tensors some carry
     "none": None,
     "greedy": GreedyHead(),
@@ -42,21 +38,9 @@ HEADS: dict[str, HeadOp | None] = {  # a head of every kind, and the tensors som
     "sample-logprobs": SampleHead(PARAMS, 0.25, logprobs=3),
     "verify-greedy-masked": VerifyGreedyHead((5, 7), TokenMask.allowing([[5], [7, 8], [1]], 40)),
     "verify-sample-masked": VerifySampleHead(
-        PARAMS, (2, 0), (DIST, DIST), (0.1, 0.9), 0.5, TokenMask.allowing([[2], [0], [9]], 33)
+        PARAMS, (2, 0), (DIST_A, DIST_A), (0.1, 0.9), 0.5, TokenMask.allowing([[2], [0], [9]], 33)
     ),
 }
-
-
-def tokens(n: int) -> np.ndarray:
-    return RNG.integers(0, 32000, size=(1, n), dtype=np.int64)
-
-
-def hidden(n: int) -> np.ndarray:
-    return RNG.standard_normal((1, n, 16)).astype(np.float32)
-
-
-def wire(frames: list[FrameLike]) -> list[bytes]:
-    return [bytes(f) for f in frames]
 
 
 @pytest.mark.parametrize("make", [tokens, hidden], ids=["token ids", "hidden states"])

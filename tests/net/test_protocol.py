@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from wire_support import DIST_A, PARAMS, RNG, hidden, tokens, wire
 
 from fleetgui.generation_config import GenerationConfig
 from fleetgui.net.decode_codec import DecodeSteps, encode_decode
@@ -49,23 +50,7 @@ from fleetgui.runtime.stage import (
 from fleetgui.runtime.token_logprobs import LOGPROB_FLOOR, TokenLogprob
 from fleetgui.runtime.token_mask import TokenMask
 
-RNG = np.random.default_rng(0)
-PARAMS = GenerationConfig(temperature=0.7, top_k=40, top_p=0.9, seed=1234)
-DIST_A = SparseDist.from_dense([0.1, 0.0, 0.6, 0.3])  # float32
 DIST_B = SparseDist.from_dense([0.5, 0.5, 0.0, 0.0, 0.0], dtype=np.float64)
-
-
-def tokens(n: int) -> np.ndarray:
-    return RNG.integers(0, 32000, size=(1, n), dtype=np.int64)
-
-
-def hidden(n: int, dtype: type = np.float32) -> np.ndarray:
-    return RNG.standard_normal((1, n, 16)).astype(dtype)
-
-
-def wire(frames: list[FrameLike]) -> list[bytes]:
-    """What the peer receives: plain bytes, as ZeroMQ would deliver them."""
-    return [bytes(f) for f in frames]
 
 
 HEADS: dict[str, HeadOp | None] = {
