@@ -27,7 +27,7 @@ from fleetgui.runtime.pipeline import Pipeline
 from fleetgui.runtime.resident import ResidentStreams
 from fleetgui.runtime.route import LocalRoute, Route
 from fleetgui.runtime.speculative import Drafter, DraftModel
-from fleetgui.runtime.stage_factory import compile_stage, with_paging_of
+from fleetgui.runtime.stage_factory import compile_stage, warm_up, with_paging_of
 from fleetgui.runtime.tokenizer import Tokenizer, tokenizer_dir_of
 
 log = logging.getLogger(__name__)
@@ -148,13 +148,15 @@ def load_draft(
             f"({manifest.vocab_size} tokens) than the target ({target.vocab_size}); choose a "
             "draft model from the same family"
         )
-    stage = LocalStage(
-        0,
-        manifest.shard(0),
-        [draft_dir / part for part in manifest.stages[0].model_files],
-        safe_stage_config(config.draft_stage, manifest.weight_format),
-        core=core,
-        outputs={"logits"},  # the draft reads logits only: its top-1 head cost 7 % of a pass
+    stage = warm_up(
+        LocalStage(
+            0,
+            manifest.shard(0),
+            [draft_dir / part for part in manifest.stages[0].model_files],
+            safe_stage_config(config.draft_stage, manifest.weight_format),
+            core=core,
+            outputs={"logits"},  # the draft reads logits only: its top-1 head cost 7 % of a pass
+        )
     )
     limit = context_limit_of(manifest, config.context_limit)
     return DraftModel(stage, context_limit=limit, prefill_chunk=config.prefill_chunk)

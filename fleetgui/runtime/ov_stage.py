@@ -202,6 +202,11 @@ class LocalStage(BlockingStage):
         """The names of the outputs the stage computes (of its last part)."""
         return frozenset(self._outputs)
 
+    @property
+    def hidden_width(self) -> int | None:
+        """The width of the hidden states a non-first stage takes (None: not fixed)."""
+        return self._hidden
+
     def _slot(self, stream_id: int) -> _StreamSlot:
         slot = self._streams.get(stream_id)
         if slot is None:
@@ -316,7 +321,11 @@ class LocalStage(BlockingStage):
 
     async def release(self, stream_id: int) -> None:
         async with self._lock:
-            self._streams.pop(stream_id, None)
+            self.release_blocking(stream_id)
+
+    def release_blocking(self, stream_id: int) -> None:
+        """:meth:`release` for a caller that runs the stage's passes itself."""
+        self._streams.pop(stream_id, None)
 
     async def fork(self, source: int, stream_id: int, keep: int) -> None:
         await run_holding([self], self.fork_blocking, source, stream_id, keep)

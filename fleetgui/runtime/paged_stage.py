@@ -157,6 +157,11 @@ class PagedStage(BlockingStage):
         return self._main == "input_ids"
 
     @property
+    def hidden_width(self) -> int | None:
+        """The width of the hidden states a non-first stage takes (None: not fixed)."""
+        return self._hidden
+
+    @property
     def is_last(self) -> bool:
         return "logits" in self._outputs
 
@@ -328,8 +333,12 @@ class PagedStage(BlockingStage):
 
     async def release(self, stream_id: int) -> None:
         async with self._lock:
-            with self._books:
-                self._blocks.release(stream_id)
+            self.release_blocking(stream_id)
+
+    def release_blocking(self, stream_id: int) -> None:
+        """:meth:`release` for a caller that runs the stage's passes itself."""
+        with self._books:
+            self._blocks.release(stream_id)
 
     async def fork(self, source: int, stream_id: int, keep: int) -> None:
         await run_holding([self], self.fork_blocking, source, stream_id, keep)

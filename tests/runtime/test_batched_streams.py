@@ -34,5 +34,5 @@ def test_eight_users_batched_get_the_unsplit_models_tokens(
     for (prompt, n_new), tokens in zip(EIGHT_USERS, got, strict=True):
         assert tokens == tiny_greedy(prompt, n_new), prompt
     assert max(len(f.streams) for f in formed) >= 2  # several streams a pass
-    beside = [f for f in formed if f.prefill_tokens and len(f.streams) > 1]
-    assert beside, "a prompt was prefilled beside running streams"
+    # whether a prompt meets running streams here depends on timing; test_pipeline's
+    # test_a_prompt_beside_a_generating_stream_is_prefilled_in_small_passes makes it meet them

@@ -4,6 +4,7 @@ streams of different lengths in one pass, through rewinds and copied prefixes.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from fleetgui.runtime.stage import (
     StageError,
     VerifyGreedyHead,
 )
+from fleetgui.runtime.stage_factory import WARM_UP_STREAM, compile_stage
 
 pytestmark = pytest.mark.slow
 
@@ -137,3 +139,42 @@ def test_a_bad_pass_changes_nothing(tiny_export: Callable[..., Path]) -> None:
     with pytest.raises(StageError, match="cannot start stream 3 from 9 tokens of stream 1"):
         paged.fork_blocking(1, 3, 9)
     assert (paged.held(1), paged.held(2)) == (3, 0)
+
+
+def test_a_middle_stage_refuses_hidden_states_of_another_width(
+    tiny_export: Callable[..., Path],
+) -> None:
+    """The paged graph keeps the stage's own hidden width, so a peer's payload of another width
+    is refused before it reaches OpenVINO."""
+    _, paged = stages(tiny_export(2), 1)
+    assert paged.hidden_width == 64
+    with pytest.raises(StageError, match=r"hidden states \[1, n, 64\]"):
+        paged.forward_blocking(ForwardRequest(1, np.zeros((1, 2, 63), dtype=np.float32)))
+    assert paged.held(1) == 0
+
+
+@pytest.mark.parametrize("paged", [True, False])
+def test_a_compiled_stage_is_warmed_up_and_holds_nothing(
+    tiny_export: Callable[..., Path], paged: bool
+) -> None:
+    """compile_stage runs a throwaway prompt and steps on every stage and keeps none of it: a
+    first request starts from an empty stage and computes what a fresh stage computes."""
+    export = tiny_export(2)
+    manifest = read_manifest(export)
+    config = replace(EXACT_STAGE, paged=paged)
+    warmed = [
+        compile_stage(i, manifest.shard(i), [export / p for p in e.model_files], config)
+        for i, e in enumerate(manifest.stages)
+    ]
+    assert [type(stage) for stage in warmed] == [PagedStage if paged else LocalStage] * 2
+    assert all(stage.stream_ids() == [] for stage in warmed)
+    fresh_first, _ = stages(export, 0)
+    fresh_last, _ = stages(export, 1)
+    request = ForwardRequest(WARM_UP_STREAM, ids(*prompt(3, 30)))
+    hidden = warmed[0].forward_blocking(request).payload
+    assert hidden is not None
+    np.testing.assert_allclose(hidden, fresh_first.forward_blocking(request).payload, atol=ATOL)
+    last = ForwardRequest(WARM_UP_STREAM, hidden, head=LogitsHead())
+    got, want = warmed[1].forward_blocking(last).logits, fresh_last.forward_blocking(last).logits
+    assert got is not None and want is not None
+    np.testing.assert_allclose(got, want, atol=ATOL)
