@@ -15,8 +15,10 @@ thread, stage 1) on a 2-stage export (default: the demo's SmolLM2-135M-Instruct,
 With ``--llama-server BIN --gguf Q8_0.gguf``, the same users against ``llama-server -np 16``
 alone on both cores (one process, 2 threads) on the same model.
 
+Every measurement runs ``--repeat`` times (3) and its medians are reported.
+
 Run: ``.venv/bin/python benchmarks/bench_batching.py [--users 1,2,4,8,16] [--llama-server BIN
---gguf Q8_0.gguf] [--export DIR] [--no-beside]``. The ~1.2B random Llama:
+--gguf Q8_0.gguf] [--export DIR] [--no-beside] [--repeat 3]``. The ~1.2B random Llama:
 ``E=$(.venv/bin/python benchmarks/random_llama_gguf.py --export)`` and
 ``G=$(.venv/bin/python benchmarks/random_llama_gguf.py)``, then ``--export $E --gguf $G``.
 """
@@ -83,12 +85,13 @@ def stream_answer(
     return times
 
 
-def users_at_once(url: str, n_users: int) -> dict[str, float]:
-    """``n_users`` answers started together: aggregate and per-user tokens/s."""
+def users_at_once(url: str, n_users: int, run: int = 0) -> dict[str, float]:
+    """``n_users`` answers started together (prompts of their own in each ``run``): aggregate
+    and per-user tokens/s."""
     arrivals: list[list[float]] = [[] for _ in range(n_users)]
 
     def one(i: int) -> None:
-        arrivals[i] = stream_answer(url, f"Story {i}: {filler(i, 12)}", N_TOKENS)
+        arrivals[i] = stream_answer(url, f"Story {i}: {filler(i + 17 * run, 12)}", N_TOKENS)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n_users)]
     started = time.perf_counter()
@@ -112,8 +115,9 @@ def users_at_once(url: str, n_users: int) -> dict[str, float]:
     }
 
 
-def prefill_beside(url: str) -> dict[str, float]:
-    """A running user's time between tokens idle, and while another's long prompt prefills."""
+def prefill_beside(url: str, seed: int) -> dict[str, float]:
+    """A running user's time between tokens idle, and while another's long prompt (words of
+    ``seed``: no other run's prompt is kept to start from) prefills."""
     times: list[float] = []
     running = threading.Thread(target=stream_count, args=(url, 600, times))
     running.start()
@@ -122,7 +126,7 @@ def prefill_beside(url: str) -> dict[str, float]:
             raise RuntimeError(f"the running user's answer ended after {len(times)} tokens")
         time.sleep(0.05)
     sent = time.perf_counter()
-    first = stream_answer(url, filler(2, LONG_PROMPT_WORDS) + " Summarise.", 1)[0]
+    first = stream_answer(url, filler(seed, LONG_PROMPT_WORDS) + " Summarise.", 1)[0]
     running.join()
     log.info(
         "running user: %d tokens, %d before the long prompt, %d before its first token",
@@ -166,11 +170,22 @@ def llama_server(binary: str, gguf: Path, slots: int) -> Iterator[str]:
         server.wait(30)
 
 
-def measure(url: str, counts: list[int], beside: bool) -> dict[str, Any]:
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over ``runs`` (this machine's neighbours slow a short run now and
+    then: one 8-user burst took 204 to 365 tokens/s on the same code)."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def measure(url: str, counts: list[int], beside: bool, repeat: int) -> dict[str, Any]:
     stream_answer(url, "warm up", 8)
-    out: dict[str, Any] = {str(n): users_at_once(url, n) for n in counts}
+    out: dict[str, Any] = {
+        str(n): median_of([users_at_once(url, n, run) for run in range(repeat)]) for n in counts
+    }
     if beside:
-        out["beside"] = prefill_beside(url)
+        runs = [prefill_beside(url, seed) for seed in range(2, 2 + repeat)]
+        for run in runs:  # each run's own idle value: the ratio is taken within a run
+            run["ratio"] = run["during_ms"] / run["idle_ms"]
+        out["beside"] = median_of(runs)
     return out
 
 
@@ -179,6 +194,9 @@ def main() -> None:
     parser.add_argument("--users", default="1,2,4,8,16")
     parser.add_argument("--llama-server", help="llama-server binary")
     parser.add_argument("--gguf", type=Path, help="the same model as a GGUF file")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of each measurement (medians reported)"
+    )
     parser.add_argument(
         "--no-beside", dest="beside", action="store_false", help="skip the prefill-beside test"
     )
@@ -195,11 +213,11 @@ def main() -> None:
             with fleetgui_server(
                 args.export, worker, identity_dir, "--max-streams", "16", *flags
             ) as url:
-                runs[name] = measure(url, counts, beside=args.beside)
+                runs[name] = measure(url, counts, args.beside, args.repeat)
     if args.llama_server and args.gguf:
         os.sched_setaffinity(0, {0, 1})
         with llama_server(args.llama_server, args.gguf, max(counts)) as url:
-            runs["llama-server"] = measure(url, counts, beside=False)
+            runs["llama-server"] = measure(url, counts, False, args.repeat)
     report(runs, counts)
 
 
@@ -224,7 +242,7 @@ def report(runs: dict[str, dict[str, Any]], counts: list[int]) -> None:
                 (
                     f"{name}: TBT idle / during a 2k prefill",
                     f"{b['idle_ms']:.1f} / {b['during_ms']:.1f} ms "
-                    f"({b['during_ms'] / b['idle_ms']:.2f}x; max {b['during_max_ms']:.0f} ms, "
+                    f"({b['ratio']:.2f}x; max {b['during_max_ms']:.0f} ms, "
                     f"prefill {b['prefill_s']:.2f} s)",
                 )
             )

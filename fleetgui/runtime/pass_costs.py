@@ -125,5 +125,17 @@ class PassCosts:
         return int(min(max(room + 1e-6, MIN_PREFILL_ROOM), MAX_PREFILL_ROOM))  # fit rounding
 
 
+def steady_room(room: int, last: int | None) -> int:
+    """``room`` rounded down to a power of two, or ``last`` (the size the previous pass gave a
+    prompt) while ``room`` is not well above it. A pass of a new number of tokens costs every
+    stage more than one of the previous pass's (the plugin prepares each node again for the new
+    shapes: 3-4 ms a stage on the demo model, as much as 8 prompt tokens), so an estimate that
+    wavers must not change the size; a lower estimate is followed at once."""
+    steady = 1 << (max(room, 1).bit_length() - 1)
+    if last is not None and last < steady and 2 * room < 5 * last:
+        return last
+    return steady
+
+
 def _smoothed(old: float | None, new: float, weight: float = 0.3) -> float:
     return new if old is None else old + weight * (new - old)

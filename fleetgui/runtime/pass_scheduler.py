@@ -8,8 +8,9 @@ micro-batches, each now a batch); a pass takes at most its share of the active s
 
 - Decode steps first. A prompt chunk joins a pass beside them with only as many tokens as keep
   that pass within :data:`~fleetgui.runtime.pass_costs.SLOWDOWN` of its cost without them (the
-  stages' measured cost lines, :class:`~fleetgui.runtime.pass_costs.PassCosts`); the rest waits
-  for the next pass. Alone, a prompt goes in the chunks its stream sent.
+  stages' measured cost lines, :class:`~fleetgui.runtime.pass_costs.PassCosts`), in parts of
+  one size while the estimate wavers (:func:`~fleetgui.runtime.pass_costs.steady_room`); the
+  rest waits for the next pass. Alone, a prompt goes in the chunks its stream sent.
 - A pass is formed once the streams of the last pass to come back have sent their next
   request, or after half that pass's time (:data:`GATHER_S`): streams that came back together
   go on together.
@@ -29,7 +30,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
 
 from fleetgui.runtime.metrics import MetricsBus, PassBatched
-from fleetgui.runtime.pass_costs import PassCosts
+from fleetgui.runtime.pass_costs import PassCosts, steady_room
 from fleetgui.runtime.route import DecodeRun, Route
 from fleetgui.runtime.stage import ForwardRequest, ForwardResult
 
@@ -78,6 +79,7 @@ class PassScheduler(Route):
         self._solo: dict[int, DecodeRun] = {}  # lone decode runs handed to the route whole
         self._handed_over: set[int] = set()  # solo runs this stopped to go on batched
         self._wake: asyncio.TimerHandle | None = None
+        self._room: int | None = None  # prompt tokens the last pass carried beside steps
         self._tasks: set[asyncio.Task[None]] = set()
         self.formed: deque[PassFormed] = deque(maxlen=256)
 
@@ -207,7 +209,10 @@ class PassScheduler(Route):
             return []  # a prompt chunk joins the running streams' next pass
         batch = [(w, w.request) for w in steps]
         if steps and chunks:  # one prompt beside the steps, as many tokens as keep them quick
-            room = self.costs.prefill_room(sum(w.request.n_positions for w in steps))
+            room = steady_room(
+                self.costs.prefill_room(sum(w.request.n_positions for w in steps)), self._room
+            )
+            self._room = room
             batch.append((chunks[0], self._part(chunks[0], room)))
         elif not steps:  # nobody decodes: prompts in the chunks their streams sent
             batch += [(w, w.request) for w in chunks[:share]]

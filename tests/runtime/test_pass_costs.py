@@ -9,6 +9,7 @@ from fleetgui.runtime.pass_costs import (
     MAX_PREFILL_ROOM,
     MIN_PREFILL_ROOM,
     PassCosts,
+    steady_room,
 )
 
 
@@ -49,3 +50,13 @@ def test_passes_that_carried_a_prompt_set_the_room_by_what_they_added() -> None:
     assert costs.prefill_room(1) == 10
     costs.record_decode(1, 30.0)  # a lone stream's steps got slower: more room in proportion
     assert costs.prefill_room(1) > 10
+
+
+def test_a_wavering_room_keeps_one_size_and_follows_a_lower_one_at_once() -> None:
+    sizes, last = [], None
+    for estimate in (11, 9, 17, 19, 8, 7, 12, 40):
+        last = steady_room(estimate, last)
+        sizes.append(last)
+    # 17 and 19 are not well above 8 (a new pass size costs); 7 is below it; 12 is well above
+    # 4, and 40 above 8
+    assert sizes == [8, 8, 8, 8, 8, 4, 8, 32]
