@@ -83,10 +83,11 @@ def test_open_webui_chat_with_its_tools_and_background_requests(served: Served) 
     assert titles and isinstance(titles[0].choices[0].message.content, str)
     assert len(chat_request(served.name, question)["tools"]) == len(builtin_tools()) == 36
 
-    # the tool loop: Open WebUI ran the call and sends its result with the same tools
-    call = (
-        first["calls"] or [{"id": "call_1", "name": "get_current_timestamp", "arguments": "{}"}]
-    )[0]
+    # the tool loop: Open WebUI ran the call and sends its result with the same tools. It runs
+    # only a call the model finished: one cut off by the context (the tiny model may write an
+    # argument until the context is full) is not JSON, and would not fit in the next request
+    made = first["calls"] if first["finish"] == "tool_calls" else []
+    call = (made or [{"id": "call_1", "name": "get_current_timestamp", "arguments": "{}"}])[0]
     looped = chat_request(served.name, question)
     looped["messages"] += [
         {
