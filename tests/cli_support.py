@@ -8,6 +8,22 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+#: ``fleetgui plan --json``'s keys (a contract: scripts read them), and each device entry's
+PLAN_KEYS = frozenset(
+    {"devices", "left_out", "predicted_ms_per_token", "predicted_tokens_per_s", "max_streams"}
+)
+PLAN_DEVICE_KEYS = frozenset(
+    {
+        "name",
+        "start_layer",
+        "end_layer",
+        "memory_bytes",
+        "predicted_ms",
+        "stream_kv_bytes",
+        "max_streams",
+    }
+)
+
 
 def run_cli(
     home: Path | None,

@@ -242,8 +242,9 @@ class LocalStage(BlockingStage):
         changes anything (:func:`~fleetgui.runtime.stage.check_request`)."""
         slot = self._streams.get(request.stream_id)
         live = slot.mask.live if slot is not None else 0
-        first = "input_ids" in self._inputs[0]
-        check_request(request, index=self.index, first=first, hidden=self._hidden, live=live)
+        check_request(
+            request, index=self.index, first=self.is_first, hidden=self._hidden, live=live
+        )
 
     def _begin(self, request: ForwardRequest) -> tuple[_StreamSlot, list[dict[str, Any]]]:
         """Apply the request's rewind and compaction and advance the stream's mask; the stream

@@ -48,7 +48,7 @@ def paged_model(model: ov.Model, block_size: int = BLOCK_SIZE) -> ov.Model:
     block_size, head_dim]`` as the stage's KV states are, and typed f32 (compiling may change
     both: see :func:`cache_layouts`)."""
     layers = _state_layouts(model)
-    width = None
+    embeds: ov.op.Parameter | None = None
     for parameter in model.get_parameters():
         name = parameter.output(0).get_any_name()
         if name == "input_ids":  # the transformation checks the friendly name
@@ -56,13 +56,12 @@ def paged_model(model: ov.Model, block_size: int = BLOCK_SIZE) -> ov.Model:
         elif name == "hidden_in":
             parameter.set_friendly_name("inputs_embeds")
             parameter.output(0).get_tensor().set_names({"inputs_embeds"})
-            width = parameter.get_partial_shape()[2]
+            embeds, width = parameter, parameter.get_partial_shape()[2]
     try:
         paged_attention_transformation(model)
     except RuntimeError as exc:
         raise PagedGraphError(f"paged attention does not apply: {exc}") from None
-    if width is not None:  # the transformation leaves [?, ?]: keep the stage's own width
-        embeds = next(p for p in model.get_parameters() if p.get_friendly_name() == "inputs_embeds")
+    if embeds is not None:  # the transformation leaves [?, ?]: keep the stage's own width
         embeds.set_partial_shape(ov.PartialShape([-1, width]))
     if any(op.get_type_name() == "ScaledDotProductAttention" for op in model.get_ops()):
         raise PagedGraphError("some attention layers stayed unpaged")

@@ -60,16 +60,16 @@ def compile_stage(
 def warm_up(stage: _S, positions: int = WARM_UP_POSITIONS) -> _S:
     """``stage`` after a throwaway stream's prompt chunk of ``positions`` and two decode steps
     (blocking; nothing of it is kept), so a first request runs at the warm speed."""
-    if not stage.is_first and stage.hidden_width is None:
+    width = stage.hidden_width
+    if not stage.is_first and width is None:
         log.debug("stage %d: hidden width unknown, not warmed up", stage.index)
         return stage
     started = time.perf_counter()
     try:
-        for n in (positions, 1, 1):
-            if stage.is_first:
-                payload = np.zeros((1, n), dtype=np.int64)
-            else:
-                payload = np.zeros((1, n, stage.hidden_width or 0), dtype=np.float32)
+        for n in (positions, 1, 1):  # past the check, no width means a first stage: token ids
+            payload = (
+                np.zeros((1, n), np.int64) if width is None else np.zeros((1, n, width), np.float32)
+            )
             stage.forward_blocking(ForwardRequest(WARM_UP_STREAM, payload))
     except StageError as exc:  # only a first answer's speed is at stake
         log.warning("stage %d: warm-up failed, its first pass will be slower: %s", stage.index, exc)

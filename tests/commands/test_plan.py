@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import PLAN_DEVICE_KEYS, PLAN_KEYS
 
 from fleetgui.cli import main
 from fleetgui.torch_env import hide_torchvision
@@ -47,25 +48,11 @@ def run_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, 
 
 
 def check_document(doc: dict[str, Any], n_layers: int) -> None:
-    assert set(doc) == {
-        "devices",
-        "left_out",
-        "predicted_ms_per_token",
-        "predicted_tokens_per_s",
-        "max_streams",
-    }
+    assert set(doc) == PLAN_KEYS
     assert doc["devices"][0]["name"] == "desk" and doc["devices"][0]["start_layer"] == 0
     start = 0
     for entry in doc["devices"]:
-        assert set(entry) == {
-            "name",
-            "start_layer",
-            "end_layer",
-            "memory_bytes",
-            "predicted_ms",
-            "stream_kv_bytes",
-            "max_streams",
-        }
+        assert set(entry) == PLAN_DEVICE_KEYS
         assert entry["start_layer"] == start < entry["end_layer"]
         assert entry["memory_bytes"] > 0 and entry["predicted_ms"] > 0
         start = entry["end_layer"]

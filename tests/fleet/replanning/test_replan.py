@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cli_support import PLAN_DEVICE_KEYS, PLAN_KEYS
 
 from fleetgui.fleet.replanning.replan import DeviceLost, ReplanError, SpeedDrift, replan, rescore
 from fleetgui.planner import NoPlanFitsError, Plan, PlanConfig, solve
@@ -101,26 +102,8 @@ def test_json_document_has_exactly_the_contract_keys(plan: Plan) -> None:
     """The keys of the plan contract, with what continuous batching added (issue 40: one
     stream's KV on each device and the most streams each, and so the plan, holds)."""
     doc = plan.to_json_dict()
-    assert set(doc) == {
-        "devices",
-        "left_out",
-        "predicted_ms_per_token",
-        "predicted_tokens_per_s",
-        "max_streams",
-    }
-    assert all(
-        set(d)
-        == {
-            "name",
-            "start_layer",
-            "end_layer",
-            "memory_bytes",
-            "predicted_ms",
-            "stream_kv_bytes",
-            "max_streams",
-        }
-        for d in doc["devices"]
-    )
+    assert set(doc) == PLAN_KEYS
+    assert all(set(d) == PLAN_DEVICE_KEYS for d in doc["devices"])
     assert all(set(x) == {"name", "reason"} for x in doc["left_out"])
 
 
