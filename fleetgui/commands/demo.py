@@ -7,12 +7,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from fleetgui.commands.console import stdout_to_stderr
 from fleetgui.commands.model_options import add_context_arguments, positive_int
 from fleetgui.demo.models import DRAFTS
 from fleetgui.generation_config import GenerationConfig, parse_draft_tokens
@@ -186,23 +185,6 @@ async def _headless(args: argparse.Namespace) -> int:
         return 0
     finally:
         await demo.close()
-
-
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send everything written to stdout to stderr meanwhile: Python's ``sys.stdout`` (NNCF's
-    logger and rich write there) and file descriptor 1 (native code, child processes)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()  # text buffered meanwhile belongs to stderr too
-        sys.stderr.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 class _Chat:

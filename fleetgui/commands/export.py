@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from fleetgui.commands.console import stdout_to_stderr
     from fleetgui.export.exporter import ExportProgress, ExportRequest, export_model
     from fleetgui.export.quality import ExportQuality
     from fleetgui.export.sources import resolve_model
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         monolithic=args.monolithic,
         max_chunk_layers=args.max_chunk_layers,
     )
-    bar = tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True, leave=True)
+    # on a terminal only (elsewhere the log lines say each step), log lines printed above it
+    bar = tqdm(total=1, unit="step", file=sys.stderr, dynamic_ncols=True, leave=True, disable=None)
 
     def on_progress(progress: ExportProgress) -> None:
         bar.total = progress.total
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     def verify(folder: Path) -> ExportQuality:
         report = verify_export(folder, source)
         for line in report.lines(args.out):  # ``folder`` is the build folder, moved there next
-            print(line, file=sys.stderr)
+            bar.write(line, file=sys.stderr)
         if not report.passed:
             raise VerificationError(
                 f"the export does not reproduce {args.model_dir} (see above); the stages built "
@@ -88,10 +91,13 @@ def run(args: argparse.Namespace) -> int:
             )
         return report.quality
 
+    # stdout holds the result line alone: NNCF's progress bars (rich) and native code write to
+    # stdout, so they are sent to stderr meanwhile
     try:
-        manifest = export_model(
-            request, progress=on_progress, verify=None if args.no_verify else verify
-        )
+        with stdout_to_stderr(), logging_redirect_tqdm():
+            manifest = export_model(
+                request, progress=on_progress, verify=None if args.no_verify else verify
+            )
     finally:
         bar.close()
     sizes = sum(f.size for stage in manifest.stages for f in stage.files)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +19,28 @@ INT4_GROUP_SIZE = 128
 def check_weight_format(weights: str) -> None:
     if weights not in WEIGHT_FORMATS:
         raise ValueError(f"unknown weight format {weights!r}: choose one of {WEIGHT_FORMATS}")
+
+
+class _IntoOurLog(logging.Filter):
+    """Passes NNCF's records to this module's logger instead of NNCF's own stdout handler:
+    its tables go to fleetgui.log at debug level, its warnings stay warnings, stdout stays
+    the command's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = logging.DEBUG if record.levelno <= logging.INFO else record.levelno
+        log.log(level, "NNCF: %s", record.getMessage())
+        return False
+
+
+@contextlib.contextmanager
+def _nncf_logs_into_ours() -> Iterator[None]:
+    nncf_log = logging.getLogger("nncf")
+    into_ours = _IntoOurLog()
+    nncf_log.addFilter(into_ours)
+    try:
+        yield
+    finally:
+        nncf_log.removeFilter(into_ours)
 
 
 def compress_weights(model: ov.Model, weights: str) -> ov.Model:
@@ -36,18 +60,19 @@ def compress_weights(model: ov.Model, weights: str) -> ov.Model:
         GroupSizeFallbackMode,
     )
 
-    if weights == "int8":  # INT8 modes compress every layer already (and refuse all_layers)
-        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-    return nncf.compress_weights(
-        model,
-        mode=nncf.CompressWeightsMode.INT4_SYM,
-        group_size=INT4_GROUP_SIZE,
-        ratio=1.0,
-        all_layers=True,
-        advanced_parameters=AdvancedCompressionParameters(
-            group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
-        ),
-    )
+    with _nncf_logs_into_ours():
+        if weights == "int8":  # INT8 modes compress every layer already (and refuse all_layers)
+            return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        return nncf.compress_weights(
+            model,
+            mode=nncf.CompressWeightsMode.INT4_SYM,
+            group_size=INT4_GROUP_SIZE,
+            ratio=1.0,
+            all_layers=True,
+            advanced_parameters=AdvancedCompressionParameters(
+                group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
+            ),
+        )
 
 
 def save_compressed(model: ov.Model, xml_path: str, weights: str) -> None:

@@ -81,5 +81,5 @@ def export_tokenizer(source: ModelSource, out_dir: Path) -> list[Path]:
     ov.save_model(detokenizer, out_dir / OV_DETOKENIZER)
     for name in (OV_TOKENIZER, OV_DETOKENIZER):
         written += [out_dir / name, (out_dir / name).with_suffix(".bin")]
-    log.info("tokenizer exported to %s", out_dir)
+    log.debug("tokenizer exported to %s", out_dir)  # a build folder: the user sees no such path
     return [p for p in written if p.is_file()]
