@@ -85,6 +85,8 @@ def _verify_once(export: Path, source: Path) -> None:
     try:
         from fleetgui.export.verify import record_quality, verify_export
 
+        # it loads the model into transformers first: say what the wait is for
+        log.info("demo export: checking it against the model, once")
         report = verify_export(export, source)
     except ImportError as exc:
         log.info("demo export not verified (%s)", exc)
