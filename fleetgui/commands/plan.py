@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetgui.errors import FleetguiError
+
+if TYPE_CHECKING:
+    from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)
 
 NAME = "plan"
 HELP = "plan which PC runs which layers"
 DESCRIPTION = (
-    "Choose the devices, their ring order and each one's layer range to minimise time per "
-    "token (latency) or maximise aggregate tokens/s (throughput) within each device's memory. "
+    "Choose the devices, their ring order and each one's layer range to minimise time per token "
+    "(latency) or maximise aggregate tokens/s (throughput) within each device's memory. "
     "DEVICES.json is a list of device profiles, the coordinator first: name, memory_bytes, "
-    "ms_per_layer, disk_read_bytes_per_s, rtt_ms and bandwidth_bytes_per_s (to the "
-    "coordinator). A HuggingFace model folder is planned at int4 weights, an export folder at "
-    "its own format. With --users N it chooses how the fleet serves N users at once: one "
-    "pipeline, several pipelines over disjoint groups of PCs, a whole copy per PC that can hold "
-    "one, or a mix, whichever gives the most tokens/s in all (every user above --floor where "
-    "some layout can), and lists the alternatives with their figures."
+    "ms_per_layer, disk_read_bytes_per_s, rtt_ms and bandwidth_bytes_per_s (to the coordinator). "
+    "Or --workers: this PC and those paired workers, each with its free memory and, for an "
+    "export, its layer time measured on one of its stages. A HuggingFace model folder is planned "
+    "at int4 weights, an export folder at its own format. With --users N it chooses how the fleet"
+    " serves N users at once: one pipeline, several pipelines over disjoint groups of PCs, a "
+    "whole copy per PC that can hold one, or a mix, whichever gives the most tokens/s in all "
+    "(every user above --floor where some layout can), and lists the alternatives with their "
+    "figures."
 )
 
 
@@ -33,8 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="an export folder, a HuggingFace model folder, a .gguf file or a hub id",
     )
+    fleet = parser.add_mutually_exclusive_group(required=True)
+    fleet.add_argument("--devices", type=Path, metavar="DEVICES.json", help="device profiles")
+    fleet.add_argument(
+        "--workers",
+        metavar="HOST:PORT,...",
+        help="plan for this PC and these paired workers, measured now (an export's layer "
+        "times are timed on each; other models get estimates)",
+    )
     parser.add_argument(
-        "--devices", required=True, type=Path, metavar="DEVICES.json", help="device profiles"
+        "--identity", type=Path, metavar="DIR", help="with --workers: coordinator key pair"
     )
     parser.add_argument(
         "--objective",
@@ -74,11 +89,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def _measured_fleet(args: argparse.Namespace) -> list[DeviceProfile]:
+    """This PC and the ``--workers``, as :func:`~fleetgui.fleet.profiling.fleet_profiles.
+    profile_fleet` measures them; the log says which layer times are estimates."""
+    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list
+    from fleetgui.fleet.profiling.fleet_profiles import profile_fleet
+    from fleetgui.net.keys import coordinator_identity, load_identity
+
+    addresses = parse_worker_list(args.workers)
+    identity = load_identity(args.identity) if args.identity else coordinator_identity()
+    measured = asyncio.run(profile_fleet(args.model, addresses, identity))
+    if measured.estimated:
+        log.warning("%s", measured)
+    else:
+        log.info("%s", measured)
+    return list(measured.profiles)
+
+
 class PlanArgumentError(FleetguiError):
     """A ``fleetgui plan`` option has an impossible value."""
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.identity is not None and args.workers is None:
+        raise PlanArgumentError("--identity goes with --workers: it is the key they trust")
     if args.streams is not None and args.streams < 1:
         raise PlanArgumentError(f"--streams must be at least 1, got {args.streams}")
     if not args.headroom_gb >= 0:
@@ -105,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from fleetgui.planner.layouts import plan_layout
 
     _check(args)
-    devices = load_devices(args.devices)
+    devices = load_devices(args.devices) if args.devices else _measured_fleet(args)
     model = load_model_profile(args.model, streams=args.streams or 1)
     config = PlanConfig(
         objective=args.objective or "latency", headroom_bytes=int(args.headroom_gb * 1e9)

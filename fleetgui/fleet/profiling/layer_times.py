@@ -104,6 +104,8 @@ async def measure_devices(
             ms_per_layer=chosen.ms_per_layer,
             ov_device=chosen.ov_device,
             memory_bytes=chosen.memory_bytes,
+            # a worker's link timed its HELLO just now; this PC's own has none
+            rtt_ms=chosen.rtt_ms if chosen.rtt_ms > 0 else profile.rtt_ms,
         )
         cached = " (cached)" if result.from_cache else ""
         report(f"{profile.name}: {chosen.ms_per_layer:.3f} ms per layer{cached}")
