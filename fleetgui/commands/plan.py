@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from fleetgui.errors import FleetguiError
 
 if TYPE_CHECKING:
+    from fleetgui.fleet.profiling.measured import MeasuredDevices
     from fleetgui.planner import DeviceProfile
 
 log = logging.getLogger(__name__)
@@ -91,14 +92,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _measured_fleet(args: argparse.Namespace) -> list[DeviceProfile]:
     """This PC and the ``--workers``, as :func:`~fleetgui.fleet.profiling.fleet_profiles.
-    profile_fleet` measures them; the log says which layer times are estimates."""
-    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list
-    from fleetgui.fleet.profiling.fleet_profiles import profile_fleet
+    measured_fleet` measures them; the log says which layer times are estimates."""
+    from fleetgui.fleet.pairing.worker_addresses import parse_worker_list, resolve_workers
+    from fleetgui.fleet.profiling.fleet_profiles import measured_fleet
     from fleetgui.net.keys import coordinator_identity, load_identity
+    from fleetgui.runtime.ov_stage import StageConfig
 
     addresses = parse_worker_list(args.workers)
     identity = load_identity(args.identity) if args.identity else coordinator_identity()
-    measured = asyncio.run(profile_fleet(args.model, addresses, identity))
+
+    async def measure() -> MeasuredDevices:
+        endpoints = await resolve_workers(addresses)  # keys pinned or checked first
+        return await measured_fleet(args.model, endpoints, identity, StageConfig())
+
+    measured = asyncio.run(measure())
     if measured.estimated:
         log.warning("%s", measured)
     else:

@@ -66,10 +66,11 @@ def warm_up(stage: _S, positions: int = WARM_UP_POSITIONS) -> _S:
         return stage
     started = time.perf_counter()
     try:
-        for n in (positions, 1, 1):  # past the check, no width means a first stage: token ids
-            payload = (
-                np.zeros((1, n), np.int64) if width is None else np.zeros((1, n, width), np.float32)
-            )
+        for n in (positions, 1, 1):
+            if stage.is_first:
+                payload = np.zeros((1, n), np.int64)
+            else:
+                payload = np.zeros((1, n, width or 0), np.float32)  # width: checked above
             stage.forward_blocking(ForwardRequest(WARM_UP_STREAM, payload))
     except StageError as exc:  # only a first answer's speed is at stake
         log.warning("stage %d: warm-up failed, its first pass will be slower: %s", stage.index, exc)

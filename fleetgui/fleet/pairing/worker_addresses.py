@@ -40,16 +40,6 @@ async def resolve_workers(
     timeout_s: float = 5.0,
 ) -> list[WorkerEndpoint]:
     """Probe each worker and pin (or check) its key; raise naming any that is not usable."""
-    return [endpoint for _, endpoint in await probe_workers(addresses, known, timeout_s=timeout_s)]
-
-
-async def probe_workers(
-    addresses: Sequence[tuple[str, int]],
-    known: KnownWorkers | None = None,
-    *,
-    timeout_s: float = 5.0,
-) -> list[tuple[WorkerInfo, WorkerEndpoint]]:
-    """:func:`resolve_workers`, with what each worker's info probe said of it."""
     known = known or KnownWorkers()
     infos = await asyncio.gather(*(probe(host, port, timeout_s) for host, port in addresses))
     names = [info.name for info in infos]
@@ -62,7 +52,7 @@ async def probe_workers(
         if known.check(info.address, info.name, info.public_key):
             log.warning("pinned the key of new worker %s at %s", info.name, info.address)
         endpoints.append(
-            (info, WorkerEndpoint(info.name, zmq_endpoint(info.host, info.port), info.public_key))
+            WorkerEndpoint(info.name, zmq_endpoint(info.host, info.port), info.public_key)
         )
     return endpoints
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,29 +257,9 @@ async def auto_layout(
     planner plans the pipeline and the workers' layouts, and replicas win only when predicted
     faster. The preview's text (alternatives included) and the groups to deploy as replicas
     (``()``: one pipeline)."""
-    from fleetgui.addresses import parse_zmq_endpoint
-    from fleetgui.fleet.profiling.layer_times import measure_devices
-    from fleetgui.fleet.profiling.this_pc import (
-        ESTIMATED_DISK_BYTES_PER_S,
-        ESTIMATED_MS_PER_LAYER,
-        coordinator_profile,
-    )
-    from fleetgui.net.info_probe import probe
+    from fleetgui.fleet.profiling.fleet_profiles import measured_fleet
 
-    base = [coordinator_profile()]
-    for endpoint in endpoints:
-        started = time.perf_counter()
-        info = await probe(*parse_zmq_endpoint(endpoint.endpoint))
-        base.append(
-            DeviceProfile(
-                name=info.name,
-                memory_bytes=info.free_ram_bytes or info.ram_bytes,
-                ms_per_layer=ESTIMATED_MS_PER_LAYER,
-                disk_read_bytes_per_s=ESTIMATED_DISK_BYTES_PER_S,
-                rtt_ms=(time.perf_counter() - started) * 1000,  # the probe's round trip
-            )
-        )
-    measured = await measure_devices(base, endpoints, identity, export, local_stage=local_stage)
+    measured = await measured_fleet(export, endpoints, identity, local_stage)
     request = PreviewRequest(export, measured.profiles, PlanConfig(), users)
     plan = await asyncio.to_thread(preview_plan, request)
     layout = await asyncio.to_thread(preview_layout, request)
