@@ -172,7 +172,7 @@ def llama_server(binary: str, gguf: Path, slots: int) -> Iterator[str]:
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
     """Each figure's median over ``runs`` (this machine's neighbours slow a short run now and
-    then: one 8-user burst took 204 to 365 tokens/s on the same code)."""
+    then)."""
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 

@@ -94,9 +94,8 @@ class _Part:
 
 def _context_bound(longest: int) -> int:
     """What a pass tells the kernel its longest stream may be: the next power of two (256 at
-    least). With the exact length every pass that started a KV block (every 32 prompt tokens
-    of a prefill) cost the demo's stage 1 3.5 ms more, as if the kernel made its scratch
-    buffers again whenever the bound grew (docs/performance.md)."""
+    least). With the exact length every pass that started a KV block cost more, as if the
+    kernel made its scratch buffers again whenever the bound grew (docs/performance.md)."""
     return max(256, 1 << (int(longest) - 1).bit_length())
 
 

@@ -129,8 +129,8 @@ def steady_room(room: int, last: int | None) -> int:
     """``room`` rounded down to a power of two, or ``last`` (the size the previous pass gave a
     prompt) while ``room`` is not well above it. A pass of a new number of tokens costs every
     stage more than one of the previous pass's (the plugin prepares each node again for the new
-    shapes: 3-4 ms a stage on the demo model, as much as 8 prompt tokens), so an estimate that
-    wavers must not change the size; a lower estimate is followed at once."""
+    shapes; docs/performance.md), so an estimate that wavers must not change the size; a lower
+    estimate is followed at once."""
     steady = 1 << (max(room, 1).bit_length() - 1)
     if last is not None and last < steady and 2 * room < 5 * last:
         return last
