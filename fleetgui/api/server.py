@@ -23,7 +23,8 @@ from fleetgui.addresses import format_address
 from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.admission import Admission
 from fleetgui.api.errors import SERVER_ERROR, ApiError, invalid_key
-from fleetgui.api.routes import NOTE, ApiRoutes, RequestNote, StreamOutcome
+from fleetgui.api.request_note import NOTE, RequestNote, StreamOutcome
+from fleetgui.api.routes import ApiRoutes
 from fleetgui.api.served import ServedModel
 from fleetgui.errors import FleetguiError
 
