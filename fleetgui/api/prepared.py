@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from fleetgui.api.errors import bad_request
@@ -62,11 +63,15 @@ class PreparedPrompt:
         return CallStream(generic=generic) if generic or self.tools.must_call else None
 
 
-async def prepare(served: ServedModel, gen: GenerationRequest, path: str) -> PreparedPrompt:
+async def prepare(
+    served: ServedModel, gen: GenerationRequest, path: str, *, prompt_param: str | None = None
+) -> PreparedPrompt:
     """``gen`` ready to generate, its token limit set (the request's, or the context's room),
-    or a 400 when the prompt does not fit the context or the template refuses it."""
+    or a 400 when the prompt does not fit the context or the template refuses it (naming
+    ``prompt_param``: by default chat's ``messages`` or the completion's ``prompt``)."""
+    param = prompt_param or ("messages" if gen.is_chat else "prompt")
     # rendering and encoding run off the loop: a long chat takes milliseconds
-    prepared = await asyncio.to_thread(_prompt, served, gen)
+    prepared = await asyncio.to_thread(_prompt, served, gen, param)
     log.debug("%s prompt: %r", path, prepared.text)
     limit = served.llm.context_limit
     if prepared.tokens >= limit:
@@ -74,14 +79,22 @@ async def prepare(served: ServedModel, gen: GenerationRequest, path: str) -> Pre
             f"this model's context holds {limit} tokens, but the "
             f"{'messages come' if gen.is_chat else 'prompt comes'} to {prepared.tokens}: "
             f"shorten it to fewer than {limit} tokens",
-            param="messages" if gen.is_chat else "prompt",
+            param=param,
             code="context_length_exceeded",
         )
     config = replace(prepared.config, max_new_tokens=gen.max_tokens or limit - prepared.tokens)
     return replace(prepared, config=config)
 
 
-def _prompt(served: ServedModel, gen: GenerationRequest) -> PreparedPrompt:
+def token_text(served: ServedModel, prepared: PreparedPrompt) -> Callable[[int], str] | None:
+    """Each token's text, when the request asked for log-probabilities (None: it did not)."""
+    if prepared.config.logprobs is None:
+        return None
+    decode = served.llm.tokenizer.decode
+    return lambda token: decode([token])
+
+
+def _prompt(served: ServedModel, gen: GenerationRequest, prompt_param: str) -> PreparedPrompt:
     """The prompt text (a chat rendered as ``generate --chat`` renders it, with the tools as
     the model's template shows them), the request's configuration in the server's mode (its
     stop strings, then those the chat format needs; a grammar where a call must be well
@@ -102,7 +115,7 @@ def _prompt(served: ServedModel, gen: GenerationRequest) -> PreparedPrompt:
                 messages, config, tools=shown, continue_final=gen.continue_final
             )
         except FleetguiError as exc:  # the template refused the conversation
-            raise bad_request(str(exc), param="messages") from exc
+            raise bad_request(str(exc), param=prompt_param) from exc
         if spec is not None and spec.active:
             grammar, schema = call_grammar(spec, fmt, config.json_schema)
             config = replace(config, grammar=grammar, json_schema=schema)

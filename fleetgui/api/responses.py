@@ -42,7 +42,7 @@ def usage(result: GenerationResult) -> dict[str, Any]:
     }
 
 
-def _chat_entry(lp: TokenLogprob, text: Callable[[int], str]) -> dict[str, Any]:
+def chat_logprob(lp: TokenLogprob, text: Callable[[int], str]) -> dict[str, Any]:
     def item(token: int, logprob: float) -> dict[str, Any]:
         piece = text(token)
         return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
@@ -139,7 +139,7 @@ class Answer:
         if text is None:
             return None
         if self.chat:
-            return {"content": [_chat_entry(lp, text) for lp in logprobs], "refusal": None}
+            return {"content": [chat_logprob(lp, text) for lp in logprobs], "refusal": None}
         texts = [text(lp.token) for lp in logprobs]
         offsets = list(itertools.accumulate((len(t) for t in texts[:-1]), initial=0))
         return {

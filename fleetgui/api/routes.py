@@ -1,5 +1,7 @@
 """The API's endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``,
-``POST /v1/completions`` and ``GET /health``.
+``POST /v1/completions`` and ``GET /health`` (the Responses API's are in
+:mod:`~fleetgui.api.responses_routes`).
+
 A request is checked and its prompt counted before it takes a stream slot, so that a bad one
 is answered at once and never waits behind others. A streamed answer's generator is closed as
 soon as its client has gone (a write fails, or aiohttp cancels the handler): the pipeline then
@@ -19,7 +21,7 @@ from fleetgui.api.answer_stream import stream_answer
 from fleetgui.api.chunk_writer import ChunkWriter
 from fleetgui.api.errors import SERVER_ERROR, ApiError, bad_request
 from fleetgui.api.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
-from fleetgui.api.prepared import prepare
+from fleetgui.api.prepared import prepare, token_text
 from fleetgui.api.request_note import NOTE
 from fleetgui.api.responses import Answer, model_object
 from fleetgui.api.served import ServedModel
@@ -100,12 +102,11 @@ class ApiRoutes:
         gen = parse(parse_json(await request.read()), self.served.name)
         prepared = await prepare(self.served, gen, request.path)
         llm = self.served.llm
-        token_text = None
-        if prepared.config.logprobs is not None:
-            decode = llm.tokenizer.decode
-            token_text = lambda token: decode([token])  # noqa: E731
         answer = Answer(
-            self.served.name, gen.is_chat, include_usage=gen.include_usage, token_text=token_text
+            self.served.name,
+            gen.is_chat,
+            include_usage=gen.include_usage,
+            token_text=token_text(self.served, prepared),
         )
         async with self.admission.slot():
             if gen.stream:

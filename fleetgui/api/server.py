@@ -24,6 +24,8 @@ from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.admission import Admission
 from fleetgui.api.errors import SERVER_ERROR, ApiError, invalid_key
 from fleetgui.api.request_note import NOTE, RequestNote, StreamOutcome
+from fleetgui.api.responses_routes import ResponsesRoutes
+from fleetgui.api.responses_store import ResponseStore
 from fleetgui.api.routes import ApiRoutes
 from fleetgui.api.served import ServedModel
 from fleetgui.errors import FleetguiError
@@ -79,6 +81,7 @@ class ApiServer:
         self.served = served
         self.config = config
         self.admission = Admission(config.max_streams, config.max_queued)
+        self.responses = ResponseStore()  # the Responses API's stored responses
         self.requests = 0  # answered, any status
         self._recent: collections.deque[float] = collections.deque()
         self._runner: web.AppRunner | None = None
@@ -98,6 +101,7 @@ class ApiServer:
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware])
         ApiRoutes(self.served, self.admission).add_to(app)
+        ResponsesRoutes(self.served, self.admission, self.responses).add_to(app)
         return app
 
     async def start(self) -> str:

@@ -1,5 +1,6 @@
 """Server-sent events on an aiohttp ``StreamResponse``: ``data: JSON`` events, then
-``data: [DONE]``, as OpenAI streams."""
+``data: [DONE]``, as OpenAI streams completions (the Responses API names each event instead,
+and ends with no ``[DONE]``)."""
 
 from __future__ import annotations
 
@@ -32,13 +33,21 @@ class EventStream:
     async def open(self) -> None:
         await self.response.prepare(self.request)
 
-    async def send(self, event: dict[str, Any]) -> None:
+    async def send(self, event: dict[str, Any], name: str | None = None) -> None:
         data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-        await self._write(f"data: {data}\n\n".encode())
+        head = f"event: {name}\n" if name else ""
+        await self._write(f"{head}data: {data}\n\n".encode())
 
     async def done(self) -> None:
         await self._write(DONE)
         await self.response.write_eof()
+
+    async def end(self) -> None:
+        """The end of a stream of named events."""
+        try:
+            await self.response.write_eof()
+        except ConnectionResetError as exc:
+            raise ClientGoneError(str(exc)) from exc
 
     async def _write(self, data: bytes) -> None:
         # aiohttp raises ConnectionResetError (ClientConnectionResetError in 3.10+, a subclass)
