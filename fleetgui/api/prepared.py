@@ -78,7 +78,8 @@ async def prepare(
         raise bad_request(
             f"this model's context holds {limit} tokens, but the "
             f"{'messages come' if gen.is_chat else 'prompt comes'} to {prepared.tokens}: "
-            f"shorten it to fewer than {limit} tokens",
+            f"shorten it to fewer than {limit} tokens (the server's --context raises the "
+            "limit, up to the model's own)",
             param=param,
             code="context_length_exceeded",
         )

@@ -69,7 +69,7 @@ class ResponseEventWriter:
         if piece.call is not None:
             await self._close()
             self._open = _OpenItem(len(self.output), new_id("fc"), call=piece.call)
-            item = self.response.call_item(self._open.id, piece.call, "", done=False)
+            item = self.response.call_item(self._open.id, piece.call, "", "in_progress")
             await self._send("response.output_item.added", output_index=self._open.index, item=item)
             if not piece.call.arguments:
                 return
@@ -103,6 +103,7 @@ class ResponseEventWriter:
         await self.events.end()
 
     async def fail(self, error: ApiError) -> None:
+        await self._close("incomplete")  # what the client got stays in the output
         await self._send("error", code=error.code or error.kind, message=error.message, param=None)
         failed = {"code": "server_error", "message": error.message}
         await self._send("response.failed", response=self.response.body(self.output, error=failed))
@@ -113,7 +114,7 @@ class ResponseEventWriter:
         await self._send(
             "response.output_item.added",
             output_index=item.index,
-            item=message_item(item.id, "", None, done=False),
+            item=message_item(item.id, "", None, "in_progress"),
         )
         part = {"type": "output_text", "text": "", "annotations": []}
         await self._send(
@@ -125,7 +126,7 @@ class ResponseEventWriter:
         )
         return item
 
-    async def _close(self) -> None:
+    async def _close(self, status: str = "completed") -> None:
         """Closes the open item, if any: its last events, and it joins the output."""
         item, self._open = self._open, None
         if item is None:
@@ -133,14 +134,14 @@ class ResponseEventWriter:
         where = {"item_id": item.id, "output_index": item.index}
         if item.call is None:
             logprobs = item.logprobs if self.response.token_text is not None else None
-            done = message_item(item.id, item.text, logprobs, done=True)
+            done = message_item(item.id, item.text, logprobs, status)
             text = {"text": item.text, "logprobs": item.logprobs}
             await self._send("response.output_text.done", **where, content_index=0, **text)
             part = done["content"][0]
             await self._send("response.content_part.done", **where, content_index=0, part=part)
         else:
             call = item.call
-            done = self.response.call_item(item.id, call, item.text, done=True)
+            done = self.response.call_item(item.id, call, item.text, status)
             await self._send(
                 "response.function_call_arguments.done",
                 **where,

@@ -21,22 +21,24 @@ def new_id(prefix: str) -> str:
 
 
 def message_item(
-    item_id: str, text: str, logprobs: list[dict[str, Any]] | None, *, done: bool
+    item_id: str, text: str, logprobs: list[dict[str, Any]] | None, status: str = "completed"
 ) -> dict[str, Any]:
+    """A ``message`` item: ``in_progress`` (no content yet), ``completed``, or ``incomplete``
+    (the text so far, of an answer that failed)."""
     part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
     if logprobs is not None:
         part["logprobs"] = logprobs
     return {
         "type": "message",
         "id": item_id,
-        "status": "completed" if done else "in_progress",
+        "status": status,
         "role": "assistant",
-        "content": [part] if done else [],
+        "content": [] if status == "in_progress" else [part],
     }
 
 
 def call_item(
-    item_id: str, call: ToolCall, arguments: str, namespace: str | None, *, done: bool
+    item_id: str, call: ToolCall, arguments: str, namespace: str | None, status: str
 ) -> dict[str, Any]:
     """A ``function_call`` item (``namespace``: the one its function came in, if any)."""
     item = {
@@ -45,7 +47,7 @@ def call_item(
         "call_id": call.id,
         "name": call.name,
         "arguments": arguments,
-        "status": "completed" if done else "in_progress",
+        "status": status,
     }
     if namespace is not None:
         item["namespace"] = namespace
@@ -132,9 +134,9 @@ class ResponseObject:
         }
 
     def call_item(
-        self, item_id: str, call: ToolCall, arguments: str, *, done: bool
+        self, item_id: str, call: ToolCall, arguments: str, status: str = "completed"
     ) -> dict[str, Any]:
-        return call_item(item_id, call, arguments, self.namespaces.get(call.name), done=done)
+        return call_item(item_id, call, arguments, self.namespaces.get(call.name), status)
 
     def complete(
         self, result: GenerationResult, content: str | None, calls: Sequence[ToolCall]
@@ -143,7 +145,7 @@ class ResponseObject:
         output = []
         if content or not calls:
             logprobs = self.logprobs(result.logprobs)
-            output.append(message_item(new_id("msg"), content or "", logprobs, done=True))
+            output.append(message_item(new_id("msg"), content or "", logprobs))
         for call in calls:
-            output.append(self.call_item(new_id("fc"), call, call.arguments, done=True))
+            output.append(self.call_item(new_id("fc"), call, call.arguments))
         return self.body(output, result=result)

@@ -30,6 +30,11 @@ class GenerationError(FleetguiError):
     """A request that cannot be served as asked (the message says how to fix it)."""
 
 
+class GenerationCutError(FleetguiError):
+    """A generation whose steps ended before any of its ends (EOS, a stop string, the token
+    limit, a full context): the pipeline was closed under it. Not the request's fault."""
+
+
 @dataclass(frozen=True)
 class TokenDelta:
     """New text of one stream, as it is accepted."""

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Callable, Collection
 
 from fleetgui.runtime.generation import (
     FinishReason,
+    GenerationCutError,
     GenerationError,
     GenerationResult,
     TokenDelta,
@@ -109,6 +110,13 @@ class StreamGeneration:
                     self.finish = FinishReason.CONTEXT
                     break
                 step_started = time.perf_counter()
+            else:  # the steps ran out with no end reached: a closed pipeline, not an answer
+                if len(stream.generated) < stream.config.max_new_tokens:
+                    raise GenerationCutError(
+                        f"the generation stopped after {len(stream.generated)} tokens: the "
+                        "pipeline was closed under it (the model was undeployed, or the "
+                        "server is stopping)"
+                    )
         tail = text.flush(stream.generated)
         if tail:
             yield TokenDelta(stream.id, tail, ())

@@ -316,3 +316,36 @@ def test_openai_agents_sdk_runs_an_agent_with_a_tool(server: Any) -> None:
     question = "What is the capital of France?"
     expected = respond(sync, 48, instructions=INSTRUCTIONS, input=question).output_text
     assert answer.final_output == expected and "Paris" in expected
+
+
+def test_a_pipeline_closed_mid_answer_fails_the_answer_rather_than_ending_it(
+    smollm2_fp32_exports: dict[int, Path],
+) -> None:
+    """The model undeployed (or the server stopping) under a streamed answer: the client
+    gets an error, on chat as on the Responses API, not an answer that looks finished; the
+    text it got stays in the failed response."""
+    ask = "Tell me a long story about the sea."
+    with in_process_server(smollm2_fp32_exports[2]) as (server, call):
+        client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+        events = []
+        stream = respond(client, 200, input=ask, stream=True)
+        for event in stream:
+            events.append(event)
+            if event.type == "response.output_text.delta" and len(events) == 6:
+                call(server.served.pipeline.close())
+    kinds = [e.type for e in events]
+    assert kinds[-2:] == ["error", "response.failed"] and "response.completed" not in kinds
+    failed = events[-1].response
+    assert failed.status == "failed" and "closed" in failed.error.message
+    [item] = failed.output
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert item.status == "incomplete" and item.content[0].text == text != ""
+    with in_process_server(smollm2_fp32_exports[2]) as (server, call):
+        client = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
+        chunks = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": ask}], max_tokens=200, stream=True
+        )
+        with pytest.raises(openai.APIError, match="closed"):
+            for number, _ in enumerate(chunks):
+                if number == 4:
+                    call(server.served.pipeline.close())
