@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetgui.runtime.chat_template import ChatTemplate, ChatTemplateError, load_chat_template
+from fleetgui.runtime.strict_roles import reshaped
 
 if TYPE_CHECKING:
     from fleetgui.runtime.tokenizer import Tokenizer
@@ -106,14 +107,32 @@ class ChatPrompter:
         for the model to continue, as transformers' ``continue_final_message`` does.
         ``variables`` reach the template (``tools``)."""
         if continue_final:
-            rendered = self.template.render(messages, add_generation_prompt=False, **variables)
+            rendered = self._render(messages, add_generation_prompt=False, **variables)
             rendered = open_final_message(rendered, str(messages[-1].get("content") or ""))
         else:
-            rendered = self.template.render(messages, add_generation_prompt=True, **variables)
+            rendered = self._render(messages, add_generation_prompt=True, **variables)
         bos = self.template.bos_token
         if self.adds_bos and bos and rendered.startswith(bos):
             rendered = rendered[len(bos) :]
         return rendered
+
+    def _render(self, messages: Messages, **options: Any) -> str:
+        """The template's rendering of ``messages``, or, where it refuses their roles, of
+        them reshaped as it takes them (see :mod:`~fleetgui.runtime.strict_roles`)."""
+        try:
+            return self.template.render(messages, **options)
+        except ChatTemplateError as refused:
+            for system_role in (True, False):
+                shaped = reshaped(messages, system_role=system_role)
+                if shaped == list(messages):
+                    continue
+                try:
+                    text = self.template.render(shaped, **options)
+                except ChatTemplateError:
+                    continue
+                log.debug("chat template refused the roles (%s); rendered reshaped", refused)
+                return text
+            raise
 
     def fit(self, messages: Messages, budget: int, *, continue_final: bool = False) -> ChatPrompt:
         """The longest recent part of the conversation whose prompt has at most ``budget``
