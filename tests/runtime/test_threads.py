@@ -18,6 +18,7 @@ import pytest
 from runtime_support import pipeline
 
 from fleetgui.generation_config import GenerationConfig
+from fleetgui.runtime.generation import GenerationCutError
 from fleetgui.runtime.ov_stage import LocalStage
 from fleetgui.runtime.paged_stage import PagedStage
 from fleetgui.runtime.pipeline import Pipeline
@@ -217,7 +218,8 @@ def test_closing_the_pipeline_stops_a_decode_run_under_way(
     tiny_exports_2s_draft: dict[str, Path],
 ) -> None:
     """A pipeline closed while a stream decodes (the app quitting mid-answer) stops the run
-    after its step under way instead of computing the rest of its token budget."""
+    after its step under way instead of computing the rest of its token budget, and the
+    stream ends with an error, not with an answer that looks finished."""
 
     async def main() -> tuple[int, int, int]:
         pipe = pipeline(tiny_exports_2s_draft["2s"])
@@ -225,14 +227,15 @@ def test_closing_the_pipeline_stops_a_decode_run_under_way(
         deltas = 0
         closed_at = -1
         try:
-            async with contextlib.aclosing(
-                pipe.stream(PROMPT, GenerationConfig(max_new_tokens=400))
-            ) as items:
-                async for _item in items:
-                    deltas += 1
-                    if deltas == 5:
-                        await pipe.close()
-                        closed_at = len(log.calls)
+            with pytest.raises(GenerationCutError, match="closed"):
+                async with contextlib.aclosing(
+                    pipe.stream(PROMPT, GenerationConfig(max_new_tokens=400))
+                ) as items:
+                    async for _item in items:
+                        deltas += 1
+                        if deltas == 5:
+                            await pipe.close()
+                            closed_at = len(log.calls)
         finally:
             await pipe.close()
         await asyncio.sleep(0.3)  # a run that went on would keep calling the stages
