@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
 from typing import Protocol
 
-from fleetgui.api.errors import SERVER_ERROR, ApiError
+from fleetgui.api.errors import SERVER_ERROR, ApiError, bad_request
 from fleetgui.api.prepared import PreparedPrompt
 from fleetgui.api.request_note import NOTE, StreamOutcome
+from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import ClientGoneError
 from fleetgui.errors import FleetguiError
 from fleetgui.runtime.call_stream import CallDelta, CallStream
-from fleetgui.runtime.generation import GenerationResult, TokenDelta
+from fleetgui.runtime.generation import GenerationError, GenerationResult, TokenDelta
 from fleetgui.runtime.token_logprobs import TokenLogprob
 from fleetgui.runtime.tool_calls import ParsedAnswer, ToolCall
 from fleetgui.runtime.tool_stream import ContentStream
@@ -52,14 +52,22 @@ class AnswerWriter(Protocol):
         """The generation failed after the answer began: the error as an event, and the end."""
 
 
+async def generate_whole(served: ServedModel, prepared: PreparedPrompt) -> GenerationResult:
+    """The answer of a request not streamed (a request the pipeline refuses is a 400)."""
+    try:
+        result = await served.llm.agenerate_result(prepared.text, prepared.config)
+    except GenerationError as exc:
+        raise bad_request(str(exc)) from exc
+    NOTE.get().tokens = len(result.token_ids)
+    return result
+
+
 async def stream_answer(
-    items: AsyncGenerator[TokenDelta | GenerationResult, None],
-    prepared: PreparedPrompt,
-    writer: AnswerWriter,
-    path: str,
+    served: ServedModel, prepared: PreparedPrompt, writer: AnswerWriter, path: str
 ) -> GenerationResult | None:
-    """Writes the generation ``items`` through ``writer``; the result, or None when the
+    """Generates ``prepared`` and writes it through ``writer``; the result, or None when the
     generation failed mid-stream or the client left (the request's note says which)."""
+    items = served.llm.astream_result(prepared.text, prepared.config)
     result: GenerationResult | None = None
     note = NOTE.get()
     content = prepared.content_stream()

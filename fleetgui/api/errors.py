@@ -31,6 +31,7 @@ class ApiError(FleetguiError):
         self.kind = kind
         self.param = param
         self.code = code
+        self.logged = False  # the server logged it already (its log line need not repeat it)
 
     def body(self) -> dict[str, Any]:
         return {

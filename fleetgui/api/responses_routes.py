@@ -14,18 +14,16 @@ from typing import Any
 from aiohttp import web
 
 from fleetgui.api.admission import Admission
-from fleetgui.api.answer_stream import stream_answer
+from fleetgui.api.answer_stream import generate_whole, stream_answer
 from fleetgui.api.errors import bad_request
 from fleetgui.api.parsing import parse_json
 from fleetgui.api.prepared import prepare, token_text
-from fleetgui.api.request_note import NOTE
 from fleetgui.api.responses_events import ResponseEventWriter
 from fleetgui.api.responses_objects import ResponseObject, as_messages
 from fleetgui.api.responses_request import ResponsesRequest, parse_responses
 from fleetgui.api.responses_store import ResponseStore, StoredResponse
 from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import EventStream
-from fleetgui.runtime.generation import GenerationError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +59,6 @@ class ResponsesRoutes:
             history = self.store.get(previous, param="previous_response_id").messages
         req = parse_responses(body, self.served.name, history)
         prepared = await prepare(self.served, req.chat, request.path, prompt_param="input")
-        llm = self.served.llm
         response = ResponseObject(
             self.served.name,
             req.echo,
@@ -72,16 +69,11 @@ class ResponsesRoutes:
             if req.chat.stream:
                 events = EventStream(request)
                 writer = ResponseEventWriter(events, response)
-                items = llm.astream_result(prepared.text, prepared.config)
-                await stream_answer(items, prepared, writer, request.path)
+                await stream_answer(self.served, prepared, writer, request.path)
                 if writer.final is not None:
                     self._keep(req, history, writer.final)
                 return events.response
-            try:
-                result = await llm.agenerate_result(prepared.text, prepared.config)
-            except GenerationError as exc:
-                raise bad_request(str(exc)) from exc
-        NOTE.get().tokens = len(result.token_ids)
+            result = await generate_whole(self.served, prepared)
         parsed = prepared.parse(result.text)
         if parsed is None:
             answer = response.complete(result, result.text, ())

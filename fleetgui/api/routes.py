@@ -17,17 +17,15 @@ from typing import Any
 from aiohttp import web
 
 from fleetgui.api.admission import Admission
-from fleetgui.api.answer_stream import stream_answer
+from fleetgui.api.answer_stream import generate_whole, stream_answer
 from fleetgui.api.chunk_writer import ChunkWriter
-from fleetgui.api.errors import SERVER_ERROR, ApiError, bad_request
+from fleetgui.api.errors import SERVER_ERROR, ApiError
 from fleetgui.api.parsing import GenerationRequest, parse_chat, parse_completion, parse_json
 from fleetgui.api.prepared import prepare, token_text
-from fleetgui.api.request_note import NOTE
 from fleetgui.api.responses import Answer, model_object
 from fleetgui.api.served import ServedModel
 from fleetgui.api.sse import EventStream
 from fleetgui.errors import FleetguiError
-from fleetgui.runtime.generation import GenerationError
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +99,6 @@ class ApiRoutes:
     ) -> web.StreamResponse:
         gen = parse(parse_json(await request.read()), self.served.name)
         prepared = await prepare(self.served, gen, request.path)
-        llm = self.served.llm
         answer = Answer(
             self.served.name,
             gen.is_chat,
@@ -111,12 +108,9 @@ class ApiRoutes:
         async with self.admission.slot():
             if gen.stream:
                 events = EventStream(request)
-                items = llm.astream_result(prepared.text, prepared.config)
-                await stream_answer(items, prepared, ChunkWriter(events, answer), request.path)
+                await stream_answer(
+                    self.served, prepared, ChunkWriter(events, answer), request.path
+                )
                 return events.response
-            try:
-                result = await llm.agenerate_result(prepared.text, prepared.config)
-            except GenerationError as exc:
-                raise bad_request(str(exc)) from exc
-        NOTE.get().tokens = len(result.token_ids)
+            result = await generate_whole(self.served, prepared)
         return web.json_response(answer.complete(result, prepared.parse(result.text)))

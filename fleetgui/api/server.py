@@ -23,6 +23,8 @@ from fleetgui.addresses import format_address
 from fleetgui.api import DEFAULT_HOST, DEFAULT_PORT
 from fleetgui.api.admission import Admission
 from fleetgui.api.errors import SERVER_ERROR, ApiError, invalid_key
+from fleetgui.api.messages_events import error_body
+from fleetgui.api.messages_routes import MessagesRoutes, is_messages_path
 from fleetgui.api.request_note import NOTE, RequestNote, StreamOutcome
 from fleetgui.api.responses_routes import ResponsesRoutes
 from fleetgui.api.responses_store import ResponseStore
@@ -102,6 +104,7 @@ class ApiServer:
         app = web.Application(middlewares=[self._middleware])
         ApiRoutes(self.served, self.admission).add_to(app)
         ResponsesRoutes(self.served, self.admission, self.responses).add_to(app)
+        MessagesRoutes(self.served, self.admission).add_to(app)
         return app
 
     async def start(self) -> str:
@@ -139,10 +142,12 @@ class ApiServer:
             return
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
+        if scheme.lower() != "bearer":  # Anthropic's clients send the key as x-api-key
+            given = request.headers.get("x-api-key", "")
+        if not given.strip():
             raise invalid_key(
                 "no API key given: send it as 'Authorization: Bearer KEY' (an OpenAI "
-                "client's api_key)"
+                "client's api_key) or 'x-api-key: KEY'"
             )
         if not hmac.compare_digest(given.strip().encode(), expected.encode()):
             raise invalid_key("the API key is not this server's: check the key you were given")
@@ -157,23 +162,19 @@ class ApiServer:
         note = RequestNote()
         NOTE.set(note)
         response: web.StreamResponse
+        error: ApiError | None = None
         try:
             self._check_key(request)
             response = await handler(request)
         except ApiError as exc:
-            note.refused = exc.message
-            response = web.json_response(exc.body(), status=exc.status)
+            error = exc
         except web.HTTPException as exc:  # the router's 404 and 405, a body over the limit
             error = ApiError(f"{exc.reason}: {request.method} {request.path}", status=exc.status)
             if exc.status >= 500:
                 error.kind = SERVER_ERROR
-            note.refused = error.message
-            response = web.json_response(error.body(), status=exc.status)
         except FleetguiError as exc:  # the fleet failed under the request (e.g. a worker lost)
             log.warning("%s %s failed: %s", request.method, request.path, exc)
             error = ApiError(str(exc), status=503, kind=SERVER_ERROR)
-            note.refused = error.message
-            response = web.json_response(error.body(), status=503)
         except asyncio.CancelledError:
             note.outcome = StreamOutcome.CLIENT_LEFT
             self._log(request, 499, started, note)
@@ -181,7 +182,13 @@ class ApiServer:
         except Exception as exc:
             log.exception("%s %s failed", request.method, request.path)
             error = ApiError(f"the server failed: {exc}", status=500, kind=SERVER_ERROR)
-            response = web.json_response(error.body(), status=500)
+            error.logged = True  # the traceback above says why
+        if error is not None:
+            if not error.logged:
+                note.refused = error.message
+            # each API's clients read errors in its own shape
+            body = error_body(error) if is_messages_path(request.path) else error.body()
+            response = web.json_response(body, status=error.status)
         self._log(request, response.status, started, note)
         return response
 

@@ -82,6 +82,11 @@ def _merge_same_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # -- the grammar --------------------------------------------------------------------------------
 
+#: llguidance's option for tool schemas: keywords it does not implement (``propertyNames``, in
+#: Claude Code's tools) are left out of the constraint instead of refusing the request; tools
+#: are written for models that read the schema, not for a grammar engine.
+LENIENT = {"lenient": True}
+
 
 def _call_schema(tool: Tool, arguments_key: str = "arguments") -> dict[str, Any]:
     return {
@@ -126,14 +131,14 @@ def answer_schema(
         "additionalProperties": False,
     }
     if spec.must_call:
-        return call_answer
+        return {**call_answer, "x-guidance": LENIENT}
     response = {
         "type": "object",
         "properties": {"response": dict(response_schema or {"type": "string"})},
         "required": ["response"],
         "additionalProperties": False,
     }
-    return {"anyOf": [call_answer, response]}
+    return {"anyOf": [call_answer, response], "x-guidance": LENIENT}
 
 
 def call_grammar(
@@ -151,21 +156,23 @@ def call_grammar(
         return None, None
     answer = "" if spec.must_call else f" | %json{_embedded(response_schema or {})}"
     if fmt is ToolFormat.HERMES:
-        call = _embedded(_one_of([_call_schema(t) for t in spec.callable]))
+        call = _embedded(_one_of([_call_schema(t) for t in spec.callable]), lenient=True)
         calls = 'call ("\\n" call)*' if spec.parallel else "call"
         body = f'call: "<tool_call>\\n" %json{call} "\\n</tool_call>"\n'
         return f"start: {calls}{answer}\n{body}", None
     if fmt is ToolFormat.LLAMA3:  # one call a message, as its template renders them
-        call = _embedded(_one_of([_call_schema(t, "parameters") for t in spec.callable]))
+        call = _embedded(
+            _one_of([_call_schema(t, "parameters") for t in spec.callable]), lenient=True
+        )
         return f"start: %json{call}{answer}\n", None
     # Mistral: the calls as a JSON array (its [TOOL_CALLS] marker is a special token)
     items = _one_of([_call_schema(t) for t in spec.callable])
     array: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
     if not spec.parallel:
         array["maxItems"] = 1
-    return f"start: %json{_embedded(array)}{answer}\n", None
+    return f"start: %json{_embedded(array, lenient=True)}{answer}\n", None
 
 
-def _embedded(schema: Mapping[str, Any]) -> str:
+def _embedded(schema: Mapping[str, Any], *, lenient: bool = False) -> str:
     """A schema as a Lark grammar's ``%json`` embeds it, its whitespace bounded."""
-    return json.dumps(bounded(schema))
+    return json.dumps(bounded({**schema, "x-guidance": LENIENT} if lenient else schema))
