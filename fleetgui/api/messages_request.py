@@ -61,7 +61,8 @@ def parse_messages(body: Mapping[str, Any], served: str) -> GenerationRequest:
     choice = body.get("tool_choice")
     if choice is not None:
         chat.update(_tool_choice(choice))
-    form = (body.get("output_config") or {}).get("format")
+    config = body.get("output_config") or {}
+    form = config.get("format") if isinstance(config, dict) else config
     if form is not None:
         schema = form.get("schema") if isinstance(form, dict) else None
         if not isinstance(schema, dict) or form.get("type") != "json_schema":
