@@ -274,10 +274,18 @@ def test_after_a_failover_onto_a_slow_spare_the_fleet_replans(
                     if session.deployment.rebalances:
                         break
                     await asyncio.sleep(0.05)
-                assert session.deployment.rebalances == 1, session.replanning.replanner.events
-                assert session.deployment.assignment == Assignment(
-                    (0,), (Member("a", (1, 2)),), ("c",)
-                )
+                events = session.replanning.replanner.events
+                replans = [e for e in events if "re-planned" in e]
+                assert replans and replans[0].startswith("b was lost"), events
+                # On a quiet machine that one re-plan gives stage 2 to a and nothing follows; on
+                # a busy one a then read 4.1x slower with both stages and a second re-plan moved
+                # one to the coordinator (seen in CI). Either way the slow spare is free again.
+                if session.deployment.rebalances == 1:
+                    assert session.deployment.assignment == Assignment(
+                        (0,), (Member("a", (1, 2)),), ("c",)
+                    )
+                assignment = session.deployment.assignment
+                assert assignment is not None and "c" in assignment.spares, assignment
                 await _assert_new_chat_is_exact(session, reference)
             finally:
                 await session.close()
