@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,8 +123,7 @@ class MessageEventWriter:
             await self._send("content_block_delta", index=self._blocks - 1, delta=delta)
 
     async def call(self, index: int, call: ToolCall) -> None:
-        whole = ToolCall(call.id, call.name, json.dumps(tool_use(call)["input"]))
-        await self.call_piece(CallDelta(index, whole))
+        await self.call_piece(CallDelta(index, call))
 
     async def finish(
         self, result: GenerationResult, parsed: ParsedAnswer | None, logprobs: list[TokenLogprob]

@@ -13,7 +13,7 @@ from typing import Any
 from fleetgui.api.responses import chat_logprob
 from fleetgui.runtime.generation import FinishReason, GenerationResult
 from fleetgui.runtime.token_logprobs import TokenLogprob
-from fleetgui.runtime.tool_calls import ToolCall
+from fleetgui.runtime.tool_calls import ParsedAnswer, ToolCall
 
 
 def new_id(prefix: str) -> str:
@@ -138,10 +138,11 @@ class ResponseObject:
     ) -> dict[str, Any]:
         return call_item(item_id, call, arguments, self.namespaces.get(call.name), status)
 
-    def complete(
-        self, result: GenerationResult, content: str | None, calls: Sequence[ToolCall]
-    ) -> dict[str, Any]:
-        """The ended response of a request not streamed: its text, then its calls."""
+    def complete(self, result: GenerationResult, parsed: ParsedAnswer | None) -> dict[str, Any]:
+        """The ended response of a request not streamed: its text, then its calls
+        (``parsed``: the answer read for calls, None when no tools were offered)."""
+        content = result.text if parsed is None else parsed.content
+        calls = () if parsed is None else parsed.calls
         output = []
         if content or not calls:
             logprobs = self.logprobs(result.logprobs)

@@ -53,9 +53,9 @@ class ResponsesRequest:
     the response object repeats back."""
 
     chat: GenerationRequest
-    input_messages: tuple[dict[str, Any], ...]  # input as chat messages (no instructions)
-    instructions: str | None
-    previous_response_id: str | None
+    #: the stored conversation it continues, then its input, as chat messages (no
+    #: instructions): what a response continuing this one starts from
+    conversation: tuple[dict[str, Any], ...]
     store: bool
     echo: dict[str, Any]  # the request's settings as the response object shows them
     tools: FunctionTools  # the functions offered, and the namespace each came in
@@ -105,12 +105,9 @@ def parse_responses(
     store = body.get("store", True)
     if not isinstance(store, bool):
         raise bad_request("'store' must be true or false", param="store")
-    previous = body.get("previous_response_id")
     return ResponsesRequest(
         chat=parse_chat(chat, served),
-        input_messages=messages,
-        instructions=instructions,
-        previous_response_id=previous if isinstance(previous, str) else None,
+        conversation=(*history, *messages),
         store=store,
         echo=_echo(body, instructions),
         tools=tools,

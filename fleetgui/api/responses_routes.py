@@ -71,21 +71,15 @@ class ResponsesRoutes:
                 writer = ResponseEventWriter(events, response)
                 await stream_answer(self.served, prepared, writer, request.path)
                 if writer.final is not None:
-                    self._keep(req, history, writer.final)
+                    self._keep(req, writer.final)
                 return events.response
             result = await generate_whole(self.served, prepared)
-        parsed = prepared.parse(result.text)
-        if parsed is None:
-            answer = response.complete(result, result.text, ())
-        else:
-            answer = response.complete(result, parsed.content, parsed.calls)
-        self._keep(req, history, answer)
+        answer = response.complete(result, prepared.parse(result.text))
+        self._keep(req, answer)
         return web.json_response(answer)
 
-    def _keep(
-        self, req: ResponsesRequest, history: tuple[dict[str, Any], ...], body: dict[str, Any]
-    ) -> None:
+    def _keep(self, req: ResponsesRequest, body: dict[str, Any]) -> None:
         """Stores the response (when asked to) with the conversation it ends."""
         if req.store:
-            messages = (*history, *req.input_messages, *as_messages(body["output"]))
+            messages = (*req.conversation, *as_messages(body["output"]))
             self.store.put(StoredResponse(body, messages))

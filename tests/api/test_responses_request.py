@@ -46,7 +46,7 @@ def test_calls_join_the_assistants_turn_and_outputs_are_tool_messages() -> None:
         ("c1", "18 C"),
         ("c2", "19 C"),
     ]
-    assert request.input_messages == messages[1:]  # what a continuation inherits
+    assert request.conversation == messages[1:]  # what a continuation inherits
 
 
 def test_what_codex_sends() -> None:
@@ -101,6 +101,7 @@ def test_the_answers_format_and_limits() -> None:
         "And Germany?",
     ]
     assert not continued.chat.continue_final
+    assert [m["content"] for m in continued.conversation] == ["France?", "P", "And Germany?"]
 
 
 @pytest.mark.parametrize(
